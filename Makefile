@@ -1,0 +1,31 @@
+# opgate: the two commands are `make run` and `make test`.
+# Both use a throwaway PostgreSQL under target/pg/ unless DATABASE_URL is set.
+
+CARGO ?= cargo
+WITH_PG := scripts/with-postgres.sh
+# The test cluster is thrown away, so durability buys nothing there.
+TEST_PG_SETTINGS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
+
+.PHONY: build test run lint fmt clean-pg
+
+build:
+	$(CARGO) build --workspace --bins
+
+## test: the whole suite against a throwaway PostgreSQL it starts and stops itself.
+test:
+	$(CARGO) build --workspace --bins --tests
+	PG_SETTINGS="$(TEST_PG_SETTINGS)" $(WITH_PG) $(CARGO) test --workspace
+
+## run: PostgreSQL, migrations, a demo agent, intake, and a short agent scenario.
+run: build
+	$(WITH_PG) scripts/demo.sh
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean-pg:
+	rm -rf target/pg target/debug/test-clusters

@@ -1,0 +1,112 @@
+//! `opgate agents create|list|revoke`.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Context};
+use clap::Subcommand;
+use opgate_domain::{AgentId, AgentKey, AgentPolicy, Currency, Money, OperationType};
+use opgate_store::{NewAgent, Store};
+use rust_decimal::Decimal;
+
+#[derive(Subcommand)]
+pub enum AgentsCommand {
+    /// Create an agent and print its new API key on stdout, once. Store it now: only
+    /// its hash is kept.
+    Create {
+        agent_id: String,
+        /// Operation types the agent may request (repeatable); `none` for an agent
+        /// that may only read its operations.
+        #[arg(long = "allow", default_values_t = vec!["payment".to_string()])]
+        allow: Vec<String>,
+        /// Per-currency maximum amount, as CURRENCY:AMOUNT (repeatable), e.g.
+        /// USD:1000.00. Once any is set, currencies not listed are refused.
+        #[arg(long = "max-amount")]
+        max_amount: Vec<String>,
+    },
+    /// List agents (never their keys).
+    List,
+    /// Revoke an agent's key: its requests get 401 from now on.
+    Revoke { agent_id: String },
+}
+
+pub async fn run(store: &Store, command: AgentsCommand) -> anyhow::Result<()> {
+    match command {
+        AgentsCommand::Create {
+            agent_id,
+            allow,
+            max_amount,
+        } => create(store, &agent_id, &allow, &max_amount).await,
+        AgentsCommand::List => list(store).await,
+        AgentsCommand::Revoke { agent_id } => {
+            if !store.revoke_agent(&agent_id).await? {
+                bail!("no active agent named {agent_id:?}");
+            }
+            eprintln!("agent {agent_id} revoked");
+            Ok(())
+        }
+    }
+}
+
+async fn create(store: &Store, agent_id: &str, allow: &[String], max_amount: &[String]) -> anyhow::Result<()> {
+    let agent_id = AgentId::parse(agent_id)?;
+    let policy = AgentPolicy {
+        allowed_operations: allow
+            .iter()
+            .filter(|name| name.as_str() != "none")
+            .map(|name| {
+                OperationType::parse(name).with_context(|| format!("unknown operation type {name:?}"))
+            })
+            .collect::<anyhow::Result<_>>()?,
+        max_amounts: parse_limits(max_amount)?,
+    };
+    let key = AgentKey::generate();
+    store
+        .create_agent(&NewAgent {
+            agent_id: agent_id.as_str(),
+            key_id: key.key_id(),
+            api_key_hash: &key.hash(),
+            policy: &policy,
+        })
+        .await?;
+    println!("{}", key.expose());
+    Ok(())
+}
+
+fn parse_limits(specs: &[String]) -> anyhow::Result<BTreeMap<String, Decimal>> {
+    let mut limits = BTreeMap::new();
+    for spec in specs {
+        let (currency, amount) = spec
+            .split_once(':')
+            .with_context(|| format!("--max-amount {spec:?}: expected CURRENCY:AMOUNT"))?;
+        let currency = Currency::parse(currency).with_context(|| format!("--max-amount {spec:?}"))?;
+        let money = Money::parse(amount, currency).with_context(|| format!("--max-amount {spec:?}"))?;
+        if limits.insert(currency.code().to_owned(), money.amount()).is_some() {
+            bail!("--max-amount given twice for {currency}");
+        }
+    }
+    Ok(limits)
+}
+
+async fn list(store: &Store) -> anyhow::Result<()> {
+    let agents = store.list_agents().await?;
+    println!("{:<32} {:<16} {:<12} {:<28} {:<25} REVOKED", "AGENT", "KEY ID", "ALLOWED", "LIMITS", "CREATED");
+    for agent in agents {
+        let allowed: Vec<&str> = agent.policy.allowed_operations.iter().map(|op| op.as_str()).collect();
+        let limits: Vec<String> = agent
+            .policy
+            .max_amounts
+            .iter()
+            .map(|(currency, max)| format!("{currency}:{max}"))
+            .collect();
+        println!(
+            "{:<32} {:<16} {:<12} {:<28} {:<25} {}",
+            agent.agent_id,
+            agent.key_id,
+            allowed.join(","),
+            if limits.is_empty() { "-".to_string() } else { limits.join(",") },
+            agent.created_at.format("%Y-%m-%dT%H:%M:%SZ"),
+            agent.revoked_at.map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string()).unwrap_or_else(|| "-".into()),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! `opgate`: the operator's command. Migrations and agent credentials today.
+
+mod agents;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use opgate_store::{PoolSettings, Store};
+
+#[derive(Parser)]
+#[command(name = "opgate", version, about = "Operate an opgate deployment")]
+struct Cli {
+    /// PostgreSQL connection URL.
+    #[arg(long, env = "DATABASE_URL", default_value = "postgres://localhost/opgate", global = true)]
+    database_url: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply pending database migrations (safe to run any number of times).
+    Migrate,
+    /// Create, list and revoke agents' API keys.
+    #[command(subcommand)]
+    Agents(agents::AgentsCommand),
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let settings = PoolSettings {
+        max_connections: 2,
+        ..PoolSettings::default()
+    };
+    let store = Store::connect(&cli.database_url, &settings).context("configuring the database")?;
+    match cli.command {
+        Command::Migrate => {
+            let applied = store.migrate().await.context("applying migrations")?;
+            eprintln!("migrations applied: {applied}");
+        }
+        Command::Agents(command) => agents::run(&store, command).await?,
+    }
+    Ok(())
+}

@@ -1,0 +1,172 @@
+//! Identifiers that arrive from agents and operators, validated on construction so that
+//! an invalid one cannot exist past the edge.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentifierError {
+    #[error("{field} must not be empty")]
+    Empty { field: &'static str },
+    #[error("{field} must be at most {max} characters")]
+    TooLong { field: &'static str, max: usize },
+    #[error("{field} may contain only {allowed}")]
+    InvalidCharacter {
+        field: &'static str,
+        allowed: &'static str,
+    },
+}
+
+/// The agent's `Idempotency-Key`: 1..=255 visible ASCII characters (0x21..=0x7E),
+/// taken exactly as sent (no trimming: a key is an opaque token).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub const MAX_LEN: usize = 255;
+
+    pub fn parse(raw: &str) -> Result<Self, IdentifierError> {
+        const FIELD: &str = "Idempotency-Key";
+        if raw.is_empty() {
+            return Err(IdentifierError::Empty { field: FIELD });
+        }
+        if raw.len() > Self::MAX_LEN {
+            return Err(IdentifierError::TooLong {
+                field: FIELD,
+                max: Self::MAX_LEN,
+            });
+        }
+        if !raw.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(IdentifierError::InvalidCharacter {
+                field: FIELD,
+                allowed: "visible ASCII characters (no spaces)",
+            });
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A business identifier inside a request body (customer id, invoice id): trimmed,
+/// 1..=100 characters, no control characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BusinessId(String);
+
+impl BusinessId {
+    pub const MAX_CHARS: usize = 100;
+
+    pub fn parse(field: &'static str, raw: &str) -> Result<Self, IdentifierError> {
+        let trimmed = raw.trim();
+        if trimmed.is_empty() {
+            return Err(IdentifierError::Empty { field });
+        }
+        if trimmed.chars().count() > Self::MAX_CHARS {
+            return Err(IdentifierError::TooLong {
+                field,
+                max: Self::MAX_CHARS,
+            });
+        }
+        if trimmed.chars().any(char::is_control) {
+            return Err(IdentifierError::InvalidCharacter {
+                field,
+                allowed: "printable characters",
+            });
+        }
+        Ok(Self(trimmed.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// An agent's id, chosen by the operator: 1..=100 of `[A-Za-z0-9._-]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AgentId(String);
+
+impl AgentId {
+    pub const MAX_LEN: usize = 100;
+
+    pub fn parse(raw: &str) -> Result<Self, IdentifierError> {
+        const FIELD: &str = "agent_id";
+        if raw.is_empty() {
+            return Err(IdentifierError::Empty { field: FIELD });
+        }
+        if raw.len() > Self::MAX_LEN {
+            return Err(IdentifierError::TooLong {
+                field: FIELD,
+                max: Self::MAX_LEN,
+            });
+        }
+        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if !raw.chars().all(allowed) {
+            return Err(IdentifierError::InvalidCharacter {
+                field: FIELD,
+                allowed: "letters, digits, '.', '_' and '-'",
+            });
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_key_accepts_visible_ascii_up_to_255() {
+        assert!(IdempotencyKey::parse("order-42:retry#1").is_ok());
+        assert!(IdempotencyKey::parse(&"k".repeat(255)).is_ok());
+    }
+
+    #[test]
+    fn idempotency_key_rejects_empty_long_space_and_non_ascii() {
+        assert!(matches!(
+            IdempotencyKey::parse(""),
+            Err(IdentifierError::Empty { .. })
+        ));
+        assert!(matches!(
+            IdempotencyKey::parse(&"k".repeat(256)),
+            Err(IdentifierError::TooLong { max: 255, .. })
+        ));
+        for bad in ["has space", "tab\there", "caf\u{e9}", "nul\0"] {
+            assert!(
+                matches!(
+                    IdempotencyKey::parse(bad),
+                    Err(IdentifierError::InvalidCharacter { .. })
+                ),
+                "{bad:?} must be rejected"
+            );
+        }
+    }
+
+    #[test]
+    fn business_id_is_trimmed_and_bounded() {
+        let id = BusinessId::parse("customer_id", "  cus_1 ").unwrap();
+        assert_eq!(id.as_str(), "cus_1");
+        assert!(BusinessId::parse("customer_id", "   ").is_err());
+        assert!(BusinessId::parse("customer_id", &"é".repeat(100)).is_ok());
+        assert!(BusinessId::parse("customer_id", &"é".repeat(101)).is_err());
+        assert!(BusinessId::parse("customer_id", "a\u{7}b").is_err());
+    }
+
+    #[test]
+    fn agent_id_allows_a_conservative_alphabet() {
+        assert!(AgentId::parse("billing-agent_1.prod").is_ok());
+        assert!(AgentId::parse("").is_err());
+        assert!(AgentId::parse("has space").is_err());
+        assert!(AgentId::parse(&"a".repeat(101)).is_err());
+    }
+}

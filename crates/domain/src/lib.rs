@@ -1,0 +1,19 @@
+//! opgate's domain: the validated types a request must become before anything is
+//! written, the operation state machine, and the canonical request hash.
+//! Nothing here performs I/O; every other crate depends on this one.
+
+pub mod agent_key;
+pub mod agent_policy;
+pub mod identifiers;
+pub mod money;
+pub mod payment;
+pub mod request_hash;
+pub mod status;
+
+pub use agent_key::{AgentKey, AgentKeyError};
+pub use agent_policy::{AgentPolicy, PolicyDenial};
+pub use identifiers::{AgentId, BusinessId, IdempotencyKey, IdentifierError};
+pub use money::{Currency, Money, MoneyError};
+pub use payment::{PaymentRequest, PaymentRequestError};
+pub use request_hash::RequestHash;
+pub use status::{OperationStatus, OperationType, UnknownStatus};

@@ -1,0 +1,166 @@
+//! The operation state machine. The allowed transitions live here and nowhere else;
+//! the database mirrors the set of states with a CHECK constraint.
+
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OperationStatus {
+    Pending,
+    InProgress,
+    Succeeded,
+    Failed,
+    Unknown,
+    Reconciling,
+    ManualReview,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown operation status {0:?}")]
+pub struct UnknownStatus(pub String);
+
+impl OperationStatus {
+    pub const ALL: [OperationStatus; 7] = [
+        Self::Pending,
+        Self::InProgress,
+        Self::Succeeded,
+        Self::Failed,
+        Self::Unknown,
+        Self::Reconciling,
+        Self::ManualReview,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::InProgress => "IN_PROGRESS",
+            Self::Succeeded => "SUCCEEDED",
+            Self::Failed => "FAILED",
+            Self::Unknown => "UNKNOWN",
+            Self::Reconciling => "RECONCILING",
+            Self::ManualReview => "MANUAL_REVIEW",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+
+    /// The one definition of which transitions exist (see DESIGN.md, "States").
+    pub fn can_transition(from: Self, to: Self) -> bool {
+        use OperationStatus::*;
+        matches!(
+            (from, to),
+            (Pending, InProgress)
+                | (InProgress, Succeeded | Failed | Unknown | Pending)
+                | (Unknown, Reconciling)
+                | (Reconciling, Succeeded | Failed | Unknown | ManualReview)
+                | (ManualReview, Succeeded | Failed | Unknown)
+        )
+    }
+
+    /// Plain guidance for the agent that asked for the operation.
+    pub fn agent_message(self) -> &'static str {
+        match self {
+            Self::Pending => "Operation accepted and queued. Poll this operation; do not submit a new payment.",
+            Self::InProgress => "Operation is being executed. Poll this operation; do not submit a new payment.",
+            Self::Succeeded => "Operation succeeded.",
+            Self::Failed => "Operation failed. A new attempt needs a new Idempotency-Key.",
+            Self::Unknown | Self::Reconciling => "Outcome is being reconciled with the provider. Do not submit a new payment.",
+            Self::ManualReview => "Outcome could not be determined automatically and awaits an operator. Do not submit a new payment.",
+        }
+    }
+}
+
+impl fmt::Display for OperationStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OperationStatus {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
+/// The kinds of business operation opgate carries out. Only payments exist today.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OperationType {
+    Payment,
+}
+
+impl OperationType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Payment => "payment",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        (raw == "payment").then_some(Self::Payment)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OperationStatus::*;
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for status in OperationStatus::ALL {
+            assert_eq!(status.as_str().parse::<OperationStatus>(), Ok(status));
+        }
+        assert!("DONE".parse::<OperationStatus>().is_err());
+    }
+
+    #[test]
+    fn allowed_transitions_follow_the_design() {
+        let allowed = [
+            (Pending, InProgress),
+            (InProgress, Succeeded),
+            (InProgress, Failed),
+            (InProgress, Unknown),
+            (InProgress, Pending),
+            (Unknown, Reconciling),
+            (Reconciling, Succeeded),
+            (Reconciling, Failed),
+            (Reconciling, Unknown),
+            (Reconciling, ManualReview),
+            (ManualReview, Succeeded),
+            (ManualReview, Failed),
+            (ManualReview, Unknown),
+        ];
+        for from in OperationStatus::ALL {
+            for to in OperationStatus::ALL {
+                assert_eq!(
+                    OperationStatus::can_transition(from, to),
+                    allowed.contains(&(from, to)),
+                    "{from} -> {to}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn terminal_states_have_no_way_out() {
+        for to in OperationStatus::ALL {
+            assert!(!OperationStatus::can_transition(Succeeded, to));
+            assert!(!OperationStatus::can_transition(Failed, to));
+        }
+        assert!(Succeeded.is_terminal() && Failed.is_terminal());
+        assert!(!Unknown.is_terminal());
+    }
+
+    #[test]
+    fn a_timeout_can_never_be_recorded_as_failed_without_passing_reconciliation() {
+        assert!(!OperationStatus::can_transition(Unknown, Failed));
+        assert!(!OperationStatus::can_transition(Unknown, Succeeded));
+    }
+}

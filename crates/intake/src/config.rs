@@ -1,0 +1,44 @@
+//! intake's configuration: flags with environment fallbacks, read in one place.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use opgate_store::PoolSettings;
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "intake", version, about = "opgate intake: registers agents' operations exactly once")]
+pub struct Config {
+    /// PostgreSQL connection URL.
+    #[arg(long, env = "DATABASE_URL", default_value = "postgres://localhost/opgate")]
+    pub database_url: String,
+
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long = "listen", env = "INTAKE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Apply pending database migrations before serving.
+    #[arg(long)]
+    pub migrate: bool,
+
+    /// Maximum database connections held by this process.
+    #[arg(long, env = "INTAKE_DB_CONNECTIONS", default_value_t = 16)]
+    pub db_connections: usize,
+
+    /// Seconds a request waits for a database connection before answering 503.
+    #[arg(long, env = "INTAKE_DB_TIMEOUT_SECS", default_value_t = 2)]
+    pub db_timeout_secs: u64,
+
+    /// HTTP worker threads (default: one per core).
+    #[arg(long, env = "INTAKE_WORKERS")]
+    pub workers: Option<usize>,
+}
+
+impl Config {
+    pub fn pool_settings(&self) -> PoolSettings {
+        PoolSettings {
+            max_connections: self.db_connections.max(1),
+            acquire_timeout: Duration::from_secs(self.db_timeout_secs.max(1)),
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! The OpenAPI document, generated from the handlers' annotations and served at
+//! `/openapi.json`.
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::problem::Problem;
+use crate::routes::{health, operations, payments};
+use crate::view::OperationView;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "opgate intake", description = "Idempotent execution of agents' business operations."),
+    paths(
+        payments::create_payment,
+        operations::get_operation,
+        health::healthz,
+        health::readyz,
+    ),
+    components(schemas(payments::PaymentBody, OperationView, Problem)),
+    modifiers(&AgentKeyScheme),
+)]
+pub struct ApiDoc;
+
+struct AgentKeyScheme;
+
+impl Modify for AgentKeyScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "agent_key",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}

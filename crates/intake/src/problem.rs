@@ -1,0 +1,173 @@
+//! RFC 9457 problem details: every error intake returns is one of these, as
+//! `application/problem+json`, with the status codes of DESIGN.md.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use opgate_store::StoreError;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// Seconds an agent should wait before retrying when the database is unavailable.
+const UNAVAILABLE_RETRY_AFTER_SECS: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Problem {
+    /// A URI that identifies the kind of problem.
+    #[serde(rename = "type")]
+    pub problem_type: String,
+    pub title: &'static str,
+    pub status: u16,
+    pub detail: String,
+}
+
+impl Problem {
+    fn new(status: StatusCode, slug: &str, title: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            problem_type: format!("urn:opgate:problem:{slug}"),
+            title,
+            status: status.as_u16(),
+            detail: detail.into(),
+        }
+    }
+
+    pub fn bad_idempotency_key(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-idempotency-key",
+            "Missing or invalid Idempotency-Key",
+            detail,
+        )
+    }
+
+    pub fn malformed_json(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "malformed-json",
+            "Malformed JSON body",
+            detail,
+        )
+    }
+
+    /// One answer for a missing, unknown or revoked key: nothing about which it was.
+    pub fn unauthenticated() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "Authentication required",
+            "Send a valid, active agent key as 'Authorization: Bearer <key>'.",
+        )
+    }
+
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "Operation not permitted for this agent",
+            detail,
+        )
+    }
+
+    pub fn not_found() -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "Operation not found",
+            "No operation with this id exists for this agent.",
+        )
+    }
+
+    pub fn key_reused() -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "idempotency-key-reused",
+            "Idempotency-Key reused with a different request",
+            "This Idempotency-Key already names a different request from this agent. \
+             Use a new key for a new operation.",
+        )
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "Request body too large",
+            format!("The request body must be at most {limit} bytes."),
+        )
+    }
+
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "Unsupported media type",
+            "Send the body as 'Content-Type: application/json'.",
+        )
+    }
+
+    pub fn invalid_body(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+            "Invalid request",
+            detail,
+        )
+    }
+
+    pub fn unavailable() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database-unavailable",
+            "Service temporarily unavailable",
+            "The database is unreachable. Nothing was recorded; retry with the same \
+             Idempotency-Key.",
+        )
+    }
+
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Internal error",
+            "An unexpected error occurred; retry with the same Idempotency-Key.",
+        )
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status, self.title)
+    }
+}
+
+impl ResponseError for Problem {
+    fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code());
+        response.content_type("application/problem+json");
+        match self.status {
+            401 => {
+                response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+            }
+            503 => {
+                response.insert_header((header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER_SECS));
+            }
+            _ => {}
+        }
+        response.json(self)
+    }
+}
+
+impl From<StoreError> for Problem {
+    fn from(error: StoreError) -> Self {
+        if error.is_unavailable() {
+            tracing::warn!(error = %error, "database unavailable");
+            Problem::unavailable()
+        } else {
+            tracing::error!(error = %error, "store error");
+            Problem::internal()
+        }
+    }
+}

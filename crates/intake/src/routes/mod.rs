@@ -1,0 +1,5 @@
+//! HTTP routes of intake, one file per resource.
+
+pub mod health;
+pub mod operations;
+pub mod payments;

@@ -1,0 +1,37 @@
+//! `GET /agent/operations/{operation_id}`: an agent reads one of its own operations.
+//! Another agent's operation and a malformed id both answer 404, so ids leak nothing.
+
+use actix_web::{get, web, HttpRequest, HttpResponse};
+use uuid::Uuid;
+
+use crate::auth::authenticate;
+use crate::problem::Problem;
+use crate::view::{operation_response, OperationView};
+use crate::AppState;
+
+#[utoipa::path(
+    params(("operation_id" = String, Path, description = "The operation's id")),
+    security(("agent_key" = [])),
+    responses(
+        (status = 200, description = "Terminal operation (SUCCEEDED or FAILED)", body = OperationView),
+        (status = 202, description = "Operation still in progress", body = OperationView),
+        (status = 401, description = "Missing, unknown or revoked key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such operation for this agent", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/agent/operations/{operation_id}")]
+pub async fn get_operation(
+    request: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, Problem> {
+    let agent = authenticate(&request, &state.store).await?;
+    let operation_id = Uuid::parse_str(&path).map_err(|_| Problem::not_found())?;
+    let record = state
+        .store
+        .find_operation_for_agent(operation_id, &agent.agent_id)
+        .await?
+        .ok_or_else(Problem::not_found)?;
+    Ok(operation_response(&record, false))
+}

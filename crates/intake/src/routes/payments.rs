@@ -1,0 +1,165 @@
+//! `POST /agent/operations/payment`: validate everything, then register the operation
+//! exactly once per (agent, Idempotency-Key). Every refusal happens before anything is
+//! written; the write itself is one transaction in the store.
+
+use actix_web::{post, web, HttpRequest, HttpResponse};
+use opgate_domain::{IdempotencyKey, OperationType, PaymentRequest};
+use opgate_store::{NewOperation, Registration};
+use serde::Deserialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::auth::authenticate;
+use crate::body::{read_json, require_json_content_type};
+use crate::problem::Problem;
+use crate::view::{operation_response, OperationView};
+use crate::AppState;
+
+/// The body of a payment request. Unknown fields are refused.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PaymentBody {
+    pub customer_id: String,
+    pub invoice_id: String,
+    /// Decimal amount, as a string ("250.00") or a number; > 0, with no more decimals
+    /// than the currency allows. Strings are exact; prefer them.
+    #[schema(value_type = String, example = "250.00")]
+    pub amount: AmountField,
+    /// ISO 4217 code; USD when absent.
+    #[serde(default)]
+    pub currency: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum AmountField {
+    Text(String),
+    Number(serde_json::Number),
+}
+
+impl AmountField {
+    fn as_text(&self) -> String {
+        match self {
+            Self::Text(text) => text.clone(),
+            Self::Number(number) => number.to_string(),
+        }
+    }
+}
+
+#[utoipa::path(
+    request_body(content = PaymentBody, content_type = "application/json"),
+    params(
+        ("Idempotency-Key" = String, Header, description = "1..255 visible ASCII characters; the same key for every retry of one payment"),
+    ),
+    security(("agent_key" = [])),
+    responses(
+        (status = 202, description = "New operation accepted (or a replay of one still in progress)", body = OperationView,
+         headers(("Location" = String), ("Idempotent-Replayed" = String, description = "true on a replay"))),
+        (status = 200, description = "Replay of an operation that has finished", body = OperationView),
+        (status = 400, description = "Missing or invalid Idempotency-Key, or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing, unknown or revoked key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Payments or this amount not permitted for this agent", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Idempotency-Key reused with a different request", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body larger than 16 KiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Body is well-formed but invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unavailable; nothing recorded", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/agent/operations/payment")]
+pub async fn create_payment(
+    request: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, Problem> {
+    let agent = authenticate(&request, &state.store).await?;
+    agent
+        .policy
+        .permits_operation(OperationType::Payment)
+        .map_err(|denial| Problem::forbidden(denial.to_string()))?;
+    let idempotency_key = idempotency_key(&request)?;
+    require_json_content_type(&request)?;
+    let json = read_json(&request, payload).await?;
+    let body: PaymentBody =
+        serde_json::from_value(json).map_err(|e| Problem::invalid_body(e.to_string()))?;
+    let payment = PaymentRequest::parse(
+        &body.customer_id,
+        &body.invoice_id,
+        &body.amount.as_text(),
+        body.currency.as_deref(),
+    )
+    .map_err(|e| Problem::invalid_body(e.to_string()))?;
+    agent
+        .policy
+        .permits_amount(payment.money())
+        .map_err(|denial| Problem::forbidden(denial.to_string()))?;
+
+    let traceparent = request
+        .headers()
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+        .filter(|value| is_traceparent(value));
+    let registration = state
+        .store
+        .register_operation(&NewOperation {
+            operation_id: Uuid::new_v4(),
+            agent_id: &agent.agent_id,
+            idempotency_key: &idempotency_key,
+            request: &payment,
+            trace_context: traceparent,
+        })
+        .await?;
+    match registration {
+        Registration::Created(record) => {
+            tracing::info!(agent_id = %agent.agent_id, operation_id = %record.operation_id, "operation registered");
+            Ok(operation_response(&record, false))
+        }
+        Registration::Replayed(record) => {
+            tracing::info!(agent_id = %agent.agent_id, operation_id = %record.operation_id, status = %record.status, "idempotent replay");
+            Ok(operation_response(&record, true))
+        }
+        Registration::KeyReused => {
+            tracing::info!(agent_id = %agent.agent_id, "idempotency key reused with a different request");
+            Err(Problem::key_reused())
+        }
+    }
+}
+
+fn idempotency_key(request: &HttpRequest) -> Result<IdempotencyKey, Problem> {
+    let value = request
+        .headers()
+        .get("Idempotency-Key")
+        .ok_or_else(|| Problem::bad_idempotency_key("The Idempotency-Key header is required."))?;
+    let text = value.to_str().map_err(|_| {
+        Problem::bad_idempotency_key("Idempotency-Key must be visible ASCII characters.")
+    })?;
+    IdempotencyKey::parse(text).map_err(|e| Problem::bad_idempotency_key(e.to_string()))
+}
+
+/// A W3C `traceparent` (version 00): kept only when well-formed, since it is stored.
+fn is_traceparent(value: &str) -> bool {
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |s: &str, len: usize| {
+        s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    parts.len() == 4
+        && hex(parts[0], 2)
+        && hex(parts[1], 32)
+        && hex(parts[2], 16)
+        && hex(parts[3], 2)
+        && parts[1] != "0".repeat(32)
+        && parts[2] != "0".repeat(16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_traceparent;
+
+    #[test]
+    fn only_well_formed_traceparents_are_kept() {
+        assert!(is_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+        assert!(!is_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"));
+        assert!(!is_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"));
+        assert!(!is_traceparent("junk"));
+    }
+}

@@ -1,0 +1,61 @@
+//! The operation as agents see it (POST and GET share it), and how its state maps to
+//! an HTTP status: 200 once terminal, 202 while anything may still change.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::HttpResponse;
+use chrono::{DateTime, Utc};
+use opgate_store::OperationRecord;
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OperationView {
+    pub operation_id: Uuid,
+    pub operation_type: String,
+    /// PENDING, IN_PROGRESS, SUCCEEDED, FAILED, UNKNOWN, RECONCILING or MANUAL_REVIEW.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider_reference: Option<String>,
+    pub attempts: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Plain guidance for the agent.
+    pub message: String,
+}
+
+impl From<&OperationRecord> for OperationView {
+    fn from(record: &OperationRecord) -> Self {
+        Self {
+            operation_id: record.operation_id,
+            operation_type: record.operation_type.clone(),
+            status: record.status.as_str().to_owned(),
+            provider_reference: record.provider_reference.clone(),
+            attempts: record.attempts,
+            last_error: record.last_error.clone(),
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+            message: record.status.agent_message().to_owned(),
+        }
+    }
+}
+
+pub fn location_of(record: &OperationRecord) -> String {
+    format!("/agent/operations/{}", record.operation_id)
+}
+
+pub fn operation_response(record: &OperationRecord, replayed: bool) -> HttpResponse {
+    let status = if record.status.is_terminal() {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    let mut response = HttpResponse::build(status);
+    response.insert_header((header::LOCATION, location_of(record)));
+    if replayed {
+        response.insert_header(("Idempotent-Replayed", "true"));
+    }
+    response.json(OperationView::from(record))
+}

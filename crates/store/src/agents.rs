@@ -1,0 +1,146 @@
+//! The `agents` table: credentials (the hash of each key, never the key) and policy.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use opgate_domain::{AgentPolicy, OperationType};
+use rust_decimal::Decimal;
+use tokio_postgres::Row;
+
+use crate::error::StoreError;
+use crate::pool::Store;
+
+pub struct NewAgent<'a> {
+    pub agent_id: &'a str,
+    pub key_id: &'a str,
+    pub api_key_hash: &'a str,
+    pub policy: &'a AgentPolicy,
+}
+
+#[derive(Debug, Clone)]
+pub struct AgentRecord {
+    pub agent_id: String,
+    pub key_id: String,
+    pub api_key_hash: String,
+    pub policy: AgentPolicy,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+const AGENT_COLUMNS: &str =
+    "agent_id, key_id, api_key_hash, allowed_operations, max_amounts, created_at, revoked_at";
+
+const INSERT_AGENT: &str = "INSERT INTO agents (agent_id, key_id, api_key_hash, allowed_operations, max_amounts) \
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (agent_id) DO NOTHING";
+
+const REVOKE_AGENT: &str =
+    "UPDATE agents SET revoked_at = now() WHERE agent_id = $1 AND revoked_at IS NULL";
+
+impl Store {
+    /// Fails with `AgentExists` when the id is taken (revoked agents keep their id).
+    pub async fn create_agent(&self, agent: &NewAgent<'_>) -> Result<(), StoreError> {
+        let allowed: Vec<&str> = agent
+            .policy
+            .allowed_operations
+            .iter()
+            .map(|op| op.as_str())
+            .collect();
+        let limits: serde_json::Map<String, serde_json::Value> = agent
+            .policy
+            .max_amounts
+            .iter()
+            .map(|(currency, max)| (currency.clone(), max.to_string().into()))
+            .collect();
+        let limits = serde_json::Value::Object(limits);
+        let client = self.client().await?;
+        let inserted = client
+            .execute(
+                INSERT_AGENT,
+                &[
+                    &agent.agent_id,
+                    &agent.key_id,
+                    &agent.api_key_hash,
+                    &allowed,
+                    &limits,
+                ],
+            )
+            .await?;
+        if inserted == 0 {
+            return Err(StoreError::AgentExists(agent.agent_id.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// The active (not revoked) agent holding this key id, if any.
+    pub async fn find_active_agent_by_key_id(
+        &self,
+        key_id: &str,
+    ) -> Result<Option<AgentRecord>, StoreError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&format!(
+                "SELECT {AGENT_COLUMNS} FROM agents WHERE key_id = $1 AND revoked_at IS NULL"
+            ))
+            .await?;
+        client
+            .query_opt(&statement, &[&key_id])
+            .await?
+            .map(agent_from_row)
+            .transpose()
+    }
+
+    pub async fn list_agents(&self) -> Result<Vec<AgentRecord>, StoreError> {
+        let client = self.client().await?;
+        client
+            .query(
+                &format!("SELECT {AGENT_COLUMNS} FROM agents ORDER BY agent_id"),
+                &[],
+            )
+            .await?
+            .into_iter()
+            .map(agent_from_row)
+            .collect()
+    }
+
+    /// Returns false when no active agent has this id.
+    pub async fn revoke_agent(&self, agent_id: &str) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        Ok(client.execute(REVOKE_AGENT, &[&agent_id]).await? == 1)
+    }
+}
+
+fn agent_from_row(row: Row) -> Result<AgentRecord, StoreError> {
+    let agent_id: String = row.get("agent_id");
+    let corrupt = |what: String| StoreError::Corrupt(format!("agent {agent_id}: {what}"));
+    let allowed_operations = row
+        .get::<_, Vec<String>>("allowed_operations")
+        .iter()
+        .map(|name| {
+            OperationType::parse(name).ok_or_else(|| corrupt(format!("operation type {name:?}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let limits: serde_json::Value = row.get("max_amounts");
+    let max_amounts = limits
+        .as_object()
+        .ok_or_else(|| corrupt("max_amounts is not an object".into()))?
+        .iter()
+        .map(|(currency, max)| {
+            let max = max
+                .as_str()
+                .and_then(|text| text.parse::<Decimal>().ok())
+                .ok_or_else(|| corrupt(format!("limit for {currency}")))?;
+            Ok((currency.clone(), max))
+        })
+        .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
+    Ok(AgentRecord {
+        key_id: row.get("key_id"),
+        api_key_hash: row.get("api_key_hash"),
+        policy: AgentPolicy {
+            allowed_operations,
+            max_amounts,
+        },
+        created_at: row.get("created_at"),
+        revoked_at: row.get("revoked_at"),
+        agent_id,
+    })
+}

@@ -1,0 +1,63 @@
+//! The store's one error type. `Unavailable` means "the database could not be reached
+//! or went away": callers answer 503 and try again later. Anything else is a bug or a
+//! constraint the caller should have respected.
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("agent {0} already exists")]
+    AgentExists(String),
+    #[error("database error: {0}")]
+    Query(#[source] tokio_postgres::Error),
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+    #[error("migration failed: {0}")]
+    Migration(String),
+}
+
+impl StoreError {
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        if is_connection_failure(&error) {
+            StoreError::Unavailable(error.to_string())
+        } else {
+            StoreError::Query(error)
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(error: deadpool_postgres::PoolError) -> Self {
+        match error {
+            deadpool_postgres::PoolError::Backend(inner) => inner.into(),
+            other => StoreError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// A closed connection, an I/O failure, or one of the SQLSTATEs that say the server is
+/// going away or not accepting connections (class 08, 57P01..57P03, 53300).
+fn is_connection_failure(error: &tokio_postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    if let Some(code) = error.code() {
+        let code = code.code();
+        return code.starts_with("08")
+            || matches!(code, "57P01" | "57P02" | "57P03" | "53300");
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if cause.is::<std::io::Error>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}

@@ -1,0 +1,16 @@
+//! Every SQL statement of opgate lives in this crate: the connection pool, the
+//! migrations, and one module per table. Callers get domain types and `StoreError`,
+//! never SQL or driver types.
+
+mod agents;
+mod error;
+mod migrate;
+mod operations;
+mod pool;
+mod stats;
+
+pub use agents::{AgentRecord, NewAgent};
+pub use error::StoreError;
+pub use operations::{NewOperation, OperationRecord, Registration};
+pub use pool::{PoolSettings, Store};
+pub use stats::TableCounts;

@@ -1,0 +1,27 @@
+//! Schema migrations: the numbered SQL files in `migrations/`, embedded at build time
+//! and applied by refinery. An advisory lock serialises concurrent runners, so every
+//! binary may start with `--migrate` at once; running twice is a no-op.
+
+use crate::error::StoreError;
+use crate::pool::Store;
+
+refinery::embed_migrations!("../../migrations");
+
+/// An arbitrary constant that names opgate's migration lock.
+const MIGRATION_LOCK_ID: i64 = 0x6f70_6761_7465;
+
+const TAKE_LOCK: &str = "SELECT pg_advisory_lock($1)";
+const RELEASE_LOCK: &str = "SELECT pg_advisory_unlock($1)";
+
+impl Store {
+    /// Applies every pending migration; returns how many were applied.
+    pub async fn migrate(&self) -> Result<usize, StoreError> {
+        let mut client = self.client().await?;
+        client.execute(TAKE_LOCK, &[&MIGRATION_LOCK_ID]).await?;
+        let client_ref: &mut tokio_postgres::Client = &mut client;
+        let outcome = migrations::runner().run_async(client_ref).await;
+        client.execute(RELEASE_LOCK, &[&MIGRATION_LOCK_ID]).await?;
+        let report = outcome.map_err(|e| StoreError::Migration(e.to_string()))?;
+        Ok(report.applied_migrations().len())
+    }
+}

@@ -1,0 +1,169 @@
+//! The `operations` table and the registration transaction: the operation row, its
+//! outbox event and its first audit event are written by one statement, so they
+//! commit together or not at all.
+
+use chrono::{DateTime, Utc};
+use opgate_domain::{IdempotencyKey, OperationStatus, PaymentRequest, RequestHash};
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::error::StoreError;
+use crate::pool::Store;
+
+pub struct NewOperation<'a> {
+    pub operation_id: Uuid,
+    pub agent_id: &'a str,
+    pub idempotency_key: &'a IdempotencyKey,
+    pub request: &'a PaymentRequest,
+    /// W3C `traceparent` of the registering request, carried to the executor.
+    pub trace_context: Option<&'a str>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperationRecord {
+    pub operation_id: Uuid,
+    pub agent_id: String,
+    pub operation_type: String,
+    pub status: OperationStatus,
+    pub provider_reference: Option<String>,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub request_hash: RequestHash,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Registration {
+    /// A new operation, with its outbox event and audit event.
+    Created(OperationRecord),
+    /// The key was already used by this agent for the same request.
+    Replayed(OperationRecord),
+    /// The key was already used by this agent for a different request; nothing written.
+    KeyReused,
+}
+
+macro_rules! operation_columns {
+    () => {
+        "operation_id, agent_id, operation_type, status, provider_reference, attempts, \
+         last_error, request_hash, created_at, updated_at"
+    };
+}
+
+/// `ON CONFLICT DO NOTHING` makes a concurrent duplicate wait for the first insert to
+/// commit and then insert nothing; the outbox and audit rows are written only for a
+/// row this statement inserted. No check-then-insert, no NOTIFY in the transaction.
+const REGISTER_OPERATION: &str = concat!(
+    "WITH inserted AS (
+        INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type,
+                                customer_id, request_hash, request_payload, trace_context)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+        ON CONFLICT (agent_id, idempotency_key) DO NOTHING
+        RETURNING ",
+    operation_columns!(),
+    ", trace_context
+    ), outbox_event AS (
+        INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
+        SELECT operation_id, agent_id, 'execute', trace_context FROM inserted
+    ), audit_event AS (
+        INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
+        SELECT operation_id, agent_id, NULL, status, $9, 'registered' FROM inserted
+    )
+    SELECT ",
+    operation_columns!(),
+    " FROM inserted"
+);
+
+const FIND_BY_IDEMPOTENCY_KEY: &str = concat!(
+    "SELECT ",
+    operation_columns!(),
+    " FROM operations WHERE agent_id = $1 AND idempotency_key = $2"
+);
+
+const FIND_FOR_AGENT: &str = concat!(
+    "SELECT ",
+    operation_columns!(),
+    " FROM operations WHERE operation_id = $1 AND agent_id = $2"
+);
+
+impl Store {
+    /// Registers the operation once per (agent, idempotency key), or reports what the
+    /// key already names. Safe under any number of concurrent identical requests.
+    pub async fn register_operation(
+        &self,
+        new: &NewOperation<'_>,
+    ) -> Result<Registration, StoreError> {
+        let client = self.client().await?;
+        let request_hash = new.request.request_hash();
+        let payload = serde_json::to_value(new.request.business_fields())
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let actor = format!("intake:agent/{}", new.agent_id);
+        let register = client.prepare_cached(REGISTER_OPERATION).await?;
+        let inserted = client
+            .query_opt(
+                &register,
+                &[
+                    &new.operation_id,
+                    &new.agent_id,
+                    &new.idempotency_key.as_str(),
+                    &"payment",
+                    &new.request.customer_id().as_str(),
+                    &request_hash.as_str(),
+                    &payload,
+                    &new.trace_context,
+                    &actor,
+                ],
+            )
+            .await?;
+        if let Some(row) = inserted {
+            return Ok(Registration::Created(operation_from_row(&row)?));
+        }
+        // The key exists (committed before this statement or by the transaction it
+        // waited on); read it with a fresh snapshot.
+        let find = client.prepare_cached(FIND_BY_IDEMPOTENCY_KEY).await?;
+        let row = client
+            .query_one(&find, &[&new.agent_id, &new.idempotency_key.as_str()])
+            .await?;
+        let existing = operation_from_row(&row)?;
+        if existing.request_hash == request_hash {
+            Ok(Registration::Replayed(existing))
+        } else {
+            Ok(Registration::KeyReused)
+        }
+    }
+
+    /// The operation, only if it belongs to this agent.
+    pub async fn find_operation_for_agent(
+        &self,
+        operation_id: Uuid,
+        agent_id: &str,
+    ) -> Result<Option<OperationRecord>, StoreError> {
+        let client = self.client().await?;
+        let find = client.prepare_cached(FIND_FOR_AGENT).await?;
+        client
+            .query_opt(&find, &[&operation_id, &agent_id])
+            .await?
+            .map(|row| operation_from_row(&row))
+            .transpose()
+    }
+}
+
+fn operation_from_row(row: &Row) -> Result<OperationRecord, StoreError> {
+    let status: String = row.get("status");
+    let status = status
+        .parse()
+        .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
+    let request_hash: String = row.get("request_hash");
+    Ok(OperationRecord {
+        operation_id: row.get("operation_id"),
+        agent_id: row.get("agent_id"),
+        operation_type: row.get("operation_type"),
+        status,
+        provider_reference: row.get("provider_reference"),
+        attempts: row.get("attempts"),
+        last_error: row.get("last_error"),
+        request_hash: RequestHash::from_stored(request_hash),
+        created_at: row.get("created_at"),
+        updated_at: row.get("updated_at"),
+    })
+}

@@ -1,0 +1,31 @@
+//! Row counts of opgate's tables, for operators and for tests that check that a
+//! refused request wrote nothing.
+
+use crate::error::StoreError;
+use crate::pool::Store;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TableCounts {
+    pub agents: i64,
+    pub operations: i64,
+    pub outbox: i64,
+    pub operation_events: i64,
+}
+
+const COUNT_ROWS: &str = "SELECT (SELECT count(*) FROM agents), \
+                                 (SELECT count(*) FROM operations), \
+                                 (SELECT count(*) FROM outbox), \
+                                 (SELECT count(*) FROM operation_events)";
+
+impl Store {
+    pub async fn table_counts(&self) -> Result<TableCounts, StoreError> {
+        let client = self.client().await?;
+        let row = client.query_one(COUNT_ROWS, &[]).await?;
+        Ok(TableCounts {
+            agents: row.get(0),
+            operations: row.get(1),
+            outbox: row.get(2),
+            operation_events: row.get(3),
+        })
+    }
+}

@@ -1,0 +1,66 @@
+//! A fresh, migrated database per test.
+
+use opgate_store::{PoolSettings, Store, TableCounts};
+
+use crate::binaries::opgate;
+
+pub struct TestDb {
+    pub url: String,
+    pub store: Store,
+}
+
+/// The server `DATABASE_URL` points at; tests cannot run without one.
+pub fn admin_url() -> String {
+    std::env::var("DATABASE_URL").expect(
+        "DATABASE_URL must name a PostgreSQL server; run the suite with `make test`, \
+         which starts a throwaway one",
+    )
+}
+
+/// `url` with its database name replaced.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let server = base.rsplit_once('/').map(|(server, _)| server).unwrap_or(base);
+    format!("{server}/{database}{query}")
+}
+
+impl TestDb {
+    /// Creates an empty database on the shared server and migrates it with the real
+    /// `opgate migrate`.
+    pub async fn create() -> Self {
+        Self::create_on(&admin_url()).await
+    }
+
+    pub async fn create_on(admin_url: &str) -> Self {
+        let name = format!("opgate_test_{}", uuid::Uuid::new_v4().simple());
+        let (client, connection) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test server");
+        tokio::spawn(connection);
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create test database");
+        let url = with_database(admin_url, &name);
+        opgate(&url, &["migrate"]).success();
+        let store = Store::connect(&url, &PoolSettings::default()).expect("pool");
+        Self { url, store }
+    }
+
+    pub async fn counts(&self) -> TableCounts {
+        self.store.table_counts().await.expect("count rows")
+    }
+
+    /// Creates an agent with the real CLI and returns its key.
+    pub fn create_agent(&self, agent_id: &str, extra: &[&str]) -> String {
+        let mut args = vec!["agents", "create", agent_id];
+        args.extend_from_slice(extra);
+        let output = opgate(&self.url, &args).success();
+        let key = output.stdout.trim().to_owned();
+        assert!(key.starts_with("opg_"), "unexpected key output {key:?}");
+        key
+    }
+}

@@ -1,0 +1,12 @@
+//! Harness for opgate's end-to-end tests: a fresh database per test on the PostgreSQL
+//! that `DATABASE_URL` names (the Makefile starts a throwaway one), private clusters for
+//! tests that stop the database, and the real binaries started as child processes.
+
+pub mod api;
+pub mod binaries;
+pub mod cluster;
+pub mod db;
+
+pub use binaries::{opgate, Intake};
+pub use cluster::PgCluster;
+pub use db::TestDb;
