@@ -45,7 +45,11 @@ impl Reply {
         assert_eq!(self.content_type, "application/problem+json");
         assert_eq!(self.body["status"], status);
         for field in ["type", "title", "detail"] {
-            assert!(self.body[field].is_string(), "problem lacks {field}: {}", self.body);
+            assert!(
+                self.body[field].is_string(),
+                "problem lacks {field}: {}",
+                self.body
+            );
         }
     }
 }

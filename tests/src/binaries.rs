@@ -123,7 +123,9 @@ impl Intake {
     /// Sends SIGTERM and waits for the exit status.
     pub async fn terminate(mut self) -> std::process::ExitStatus {
         if let Some(pid) = self.child.id() {
-            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
         }
         tokio::time::timeout(Duration::from_secs(30), self.child.wait())
             .await

@@ -20,15 +20,27 @@ impl PgCluster {
         let dir = base.join(uuid::Uuid::new_v4().simple().to_string());
         std::fs::create_dir_all(&dir).expect("cluster dir");
         let owner = running_as_root().then(|| {
-            let owner = if user_exists("postgres") { "postgres" } else { "nobody" };
+            let owner = if user_exists("postgres") {
+                "postgres"
+            } else {
+                "nobody"
+            };
             run(Command::new("chown").arg(owner).arg(&dir));
             owner.to_owned()
         });
         let port = free_port();
         let cluster = Self { dir, port, owner };
         cluster.run_owned(&[
-            "initdb", "-D", &cluster.data_dir(), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-            "--no-locale", "-N",
+            "initdb",
+            "-D",
+            &cluster.data_dir(),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-locale",
+            "-N",
         ]);
         cluster.start_server();
         cluster
@@ -64,7 +76,17 @@ impl PgCluster {
             self.port
         );
         let log = self.dir.join("server.log").display().to_string();
-        self.run_owned(&["pg_ctl", "-D", &self.data_dir(), "-l", &log, "-w", "-o", &options, "start"]);
+        self.run_owned(&[
+            "pg_ctl",
+            "-D",
+            &self.data_dir(),
+            "-l",
+            &log,
+            "-w",
+            "-o",
+            &options,
+            "start",
+        ]);
     }
 
     /// A fast shutdown: connections are terminated, as in a real outage or restart.
@@ -84,7 +106,9 @@ impl Drop for PgCluster {
             }
             None => Command::new("pg_ctl"),
         };
-        let _ = command.args(["-D", &data, "-m", "immediate", "-w", "stop"]).output();
+        let _ = command
+            .args(["-D", &data, "-m", "immediate", "-w", "stop"])
+            .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -108,7 +132,11 @@ fn running_as_root() -> bool {
 }
 
 fn user_exists(name: &str) -> bool {
-    Command::new("id").arg(name).output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new("id")
+        .arg(name)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 fn free_port() -> u16 {

@@ -23,7 +23,10 @@ pub fn with_database(url: &str, database: &str) -> String {
         Some((base, query)) => (base, format!("?{query}")),
         None => (url, String::new()),
     };
-    let server = base.rsplit_once('/').map(|(server, _)| server).unwrap_or(base);
+    let server = base
+        .rsplit_once('/')
+        .map(|(server, _)| server)
+        .unwrap_or(base);
     format!("{server}/{database}{query}")
 }
 

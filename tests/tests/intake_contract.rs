@@ -26,22 +26,37 @@ async fn fixture() -> Fixture {
 
 impl Fixture {
     async fn post(&self, idempotency_key: Option<&str>, body: serde_json::Value) -> Reply {
-        post_payment(&self.client, &self.intake.base_url, Some(&self.key), idempotency_key, &body).await
+        post_payment(
+            &self.client,
+            &self.intake.base_url,
+            Some(&self.key),
+            idempotency_key,
+            &body,
+        )
+        .await
     }
 }
 
 #[tokio::test]
 async fn a_new_payment_is_accepted_with_its_location() {
     let f = fixture().await;
-    let reply = f.post(Some("order-1"), payment_body("cus_1", "inv_1", "250.00")).await;
+    let reply = f
+        .post(Some("order-1"), payment_body("cus_1", "inv_1", "250.00"))
+        .await;
     assert_eq!(reply.status, 202, "{}", reply.body);
     let id = reply.operation_id().to_owned();
-    assert_eq!(reply.header("location"), Some(format!("/agent/operations/{id}").as_str()));
+    assert_eq!(
+        reply.header("location"),
+        Some(format!("/agent/operations/{id}").as_str())
+    );
     assert_eq!(reply.header("idempotent-replayed"), None);
     assert_eq!(reply.body["status"], "PENDING");
     assert_eq!(reply.body["operation_type"], "payment");
     assert_eq!(reply.body["attempts"], 0);
-    assert!(reply.body["message"].as_str().unwrap().contains("do not submit"));
+    assert!(reply.body["message"]
+        .as_str()
+        .unwrap()
+        .contains("do not submit"));
     assert!(reply.body.get("provider_reference").is_none());
 
     let read = get_operation(&f.client, &f.intake.base_url, &f.key, &id).await;
@@ -50,14 +65,20 @@ async fn a_new_payment_is_accepted_with_its_location() {
     assert_eq!(read.body["created_at"], reply.body["created_at"]);
 
     let counts = f.db.counts().await;
-    assert_eq!((counts.operations, counts.outbox, counts.operation_events), (1, 1, 1));
+    assert_eq!(
+        (counts.operations, counts.outbox, counts.operation_events),
+        (1, 1, 1)
+    );
 }
 
 #[tokio::test]
 async fn amounts_may_be_numbers_and_currency_defaults_to_usd() {
     let f = fixture().await;
     let reply = f
-        .post(Some("numeric"), json!({"customer_id": "c", "invoice_id": "i", "amount": 19.99}))
+        .post(
+            Some("numeric"),
+            json!({"customer_id": "c", "invoice_id": "i", "amount": 19.99}),
+        )
         .await;
     assert_eq!(reply.status, 202, "{}", reply.body);
     // The same payment with the amount as text, key order changed, currency explicit:
@@ -68,7 +89,8 @@ async fn amounts_may_be_numbers_and_currency_defaults_to_usd() {
         Some(&f.key),
         Some("numeric"),
         "application/json; charset=utf-8",
-        r#"{ "currency" : "usd", "amount": "19.990", "invoice_id": " i ", "customer_id": "c" }"#.into(),
+        r#"{ "currency" : "usd", "amount": "19.990", "invoice_id": " i ", "customer_id": "c" }"#
+            .into(),
     )
     .await;
     assert_eq!(replay.status, 202, "{}", replay.body);
@@ -112,25 +134,39 @@ async fn every_refusal_has_its_status_and_writes_nothing() {
         assert_eq!(reply.status, *status, "{case}: {}", reply.body);
         reply.assert_problem(*status);
     }
-    let unauthenticated = &cases.iter().find(|(case, ..)| *case == "no bearer key").unwrap().2;
+    let unauthenticated = &cases
+        .iter()
+        .find(|(case, ..)| *case == "no bearer key")
+        .unwrap()
+        .2;
     assert_eq!(unauthenticated.header("www-authenticate"), Some("Bearer"));
-    assert_eq!(f.db.counts().await, before, "a refused request wrote something");
+    assert_eq!(
+        f.db.counts().await,
+        before,
+        "a refused request wrote something"
+    );
 }
 
 #[tokio::test]
 async fn the_limit_itself_is_allowed() {
     let f = fixture().await;
-    let reply = f.post(Some("at-limit"), payment_body("c", "i", "1000")).await;
+    let reply = f
+        .post(Some("at-limit"), payment_body("c", "i", "1000"))
+        .await;
     assert_eq!(reply.status, 202, "{}", reply.body);
 }
 
 #[tokio::test]
 async fn a_key_reused_for_a_different_payment_is_a_conflict_that_writes_nothing() {
     let f = fixture().await;
-    let first = f.post(Some("order-7"), payment_body("cus_1", "inv_7", "70.00")).await;
+    let first = f
+        .post(Some("order-7"), payment_body("cus_1", "inv_7", "70.00"))
+        .await;
     assert_eq!(first.status, 202);
     let before = f.db.counts().await;
-    let reuse = f.post(Some("order-7"), payment_body("cus_1", "inv_7", "71.00")).await;
+    let reuse = f
+        .post(Some("order-7"), payment_body("cus_1", "inv_7", "71.00"))
+        .await;
     reuse.assert_problem(409);
     assert_eq!(f.db.counts().await, before);
 }
@@ -142,16 +178,37 @@ async fn revoked_and_unauthorised_agents_are_refused() {
     let revoked = f.db.create_agent("old-agent", &[]);
     opgate_e2e::opgate(&f.db.url, &["agents", "revoke", "old-agent"]).success();
     let body = payment_body("c", "i", "5");
-    let reply = post_payment(&f.client, &f.intake.base_url, Some(&revoked), Some("r1"), &body).await;
+    let reply = post_payment(
+        &f.client,
+        &f.intake.base_url,
+        Some(&revoked),
+        Some("r1"),
+        &body,
+    )
+    .await;
     reply.assert_problem(401);
     assert_eq!(reply.header("www-authenticate"), Some("Bearer"));
     // An agent allowed no operation types may authenticate but not pay.
-    let refused = post_payment(&f.client, &f.intake.base_url, Some(&reader), Some("r2"), &body).await;
+    let refused = post_payment(
+        &f.client,
+        &f.intake.base_url,
+        Some(&reader),
+        Some("r2"),
+        &body,
+    )
+    .await;
     refused.assert_problem(403);
     assert!(refused.body["detail"].as_str().unwrap().contains("payment"));
     // A limit in EUR alone refuses USD.
     let eur_only = f.db.create_agent("eur-agent", &["--max-amount", "EUR:5"]);
-    let usd = post_payment(&f.client, &f.intake.base_url, Some(&eur_only), Some("r3"), &body).await;
+    let usd = post_payment(
+        &f.client,
+        &f.intake.base_url,
+        Some(&eur_only),
+        Some("r3"),
+        &body,
+    )
+    .await;
     usd.assert_problem(403);
 }
 
@@ -159,8 +216,12 @@ async fn revoked_and_unauthorised_agents_are_refused() {
 async fn unknown_and_malformed_operation_ids_are_not_found() {
     let f = fixture().await;
     let base = &f.intake.base_url;
-    get_operation(&f.client, base, &f.key, &uuid::Uuid::new_v4().to_string()).await.assert_problem(404);
-    get_operation(&f.client, base, &f.key, "not-a-uuid").await.assert_problem(404);
+    get_operation(&f.client, base, &f.key, &uuid::Uuid::new_v4().to_string())
+        .await
+        .assert_problem(404);
+    get_operation(&f.client, base, &f.key, "not-a-uuid")
+        .await
+        .assert_problem(404);
     let anonymous = f
         .client
         .get(format!("{base}/agent/operations/{}", uuid::Uuid::new_v4()))

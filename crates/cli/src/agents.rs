@@ -47,14 +47,20 @@ pub async fn run(store: &Store, command: AgentsCommand) -> anyhow::Result<()> {
     }
 }
 
-async fn create(store: &Store, agent_id: &str, allow: &[String], max_amount: &[String]) -> anyhow::Result<()> {
+async fn create(
+    store: &Store,
+    agent_id: &str,
+    allow: &[String],
+    max_amount: &[String],
+) -> anyhow::Result<()> {
     let agent_id = AgentId::parse(agent_id)?;
     let policy = AgentPolicy {
         allowed_operations: allow
             .iter()
             .filter(|name| name.as_str() != "none")
             .map(|name| {
-                OperationType::parse(name).with_context(|| format!("unknown operation type {name:?}"))
+                OperationType::parse(name)
+                    .with_context(|| format!("unknown operation type {name:?}"))
             })
             .collect::<anyhow::Result<_>>()?,
         max_amounts: parse_limits(max_amount)?,
@@ -78,9 +84,14 @@ fn parse_limits(specs: &[String]) -> anyhow::Result<BTreeMap<String, Decimal>> {
         let (currency, amount) = spec
             .split_once(':')
             .with_context(|| format!("--max-amount {spec:?}: expected CURRENCY:AMOUNT"))?;
-        let currency = Currency::parse(currency).with_context(|| format!("--max-amount {spec:?}"))?;
-        let money = Money::parse(amount, currency).with_context(|| format!("--max-amount {spec:?}"))?;
-        if limits.insert(currency.code().to_owned(), money.amount()).is_some() {
+        let currency =
+            Currency::parse(currency).with_context(|| format!("--max-amount {spec:?}"))?;
+        let money =
+            Money::parse(amount, currency).with_context(|| format!("--max-amount {spec:?}"))?;
+        if limits
+            .insert(currency.code().to_owned(), money.amount())
+            .is_some()
+        {
             bail!("--max-amount given twice for {currency}");
         }
     }
@@ -89,9 +100,17 @@ fn parse_limits(specs: &[String]) -> anyhow::Result<BTreeMap<String, Decimal>> {
 
 async fn list(store: &Store) -> anyhow::Result<()> {
     let agents = store.list_agents().await?;
-    println!("{:<32} {:<16} {:<12} {:<28} {:<25} REVOKED", "AGENT", "KEY ID", "ALLOWED", "LIMITS", "CREATED");
+    println!(
+        "{:<32} {:<16} {:<12} {:<28} {:<25} REVOKED",
+        "AGENT", "KEY ID", "ALLOWED", "LIMITS", "CREATED"
+    );
     for agent in agents {
-        let allowed: Vec<&str> = agent.policy.allowed_operations.iter().map(|op| op.as_str()).collect();
+        let allowed: Vec<&str> = agent
+            .policy
+            .allowed_operations
+            .iter()
+            .map(|op| op.as_str())
+            .collect();
         let limits: Vec<String> = agent
             .policy
             .max_amounts
@@ -103,9 +122,16 @@ async fn list(store: &Store) -> anyhow::Result<()> {
             agent.agent_id,
             agent.key_id,
             allowed.join(","),
-            if limits.is_empty() { "-".to_string() } else { limits.join(",") },
+            if limits.is_empty() {
+                "-".to_string()
+            } else {
+                limits.join(",")
+            },
             agent.created_at.format("%Y-%m-%dT%H:%M:%SZ"),
-            agent.revoked_at.map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string()).unwrap_or_else(|| "-".into()),
+            agent
+                .revoked_at
+                .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+                .unwrap_or_else(|| "-".into()),
         );
     }
     Ok(())

@@ -10,7 +10,12 @@ use opgate_store::{PoolSettings, Store};
 #[command(name = "opgate", version, about = "Operate an opgate deployment")]
 struct Cli {
     /// PostgreSQL connection URL.
-    #[arg(long, env = "DATABASE_URL", default_value = "postgres://localhost/opgate", global = true)]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://localhost/opgate",
+        global = true
+    )]
     database_url: String,
 
     #[command(subcommand)]
@@ -31,8 +36,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();

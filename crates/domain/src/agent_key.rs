@@ -43,7 +43,9 @@ impl AgentKey {
         let rest = raw.strip_prefix(PREFIX).ok_or(AgentKeyError)?;
         let (key_id, secret) = rest.split_once('_').ok_or(AgentKeyError)?;
         let is_hex = |s: &str, len: usize| {
-            s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+            s.len() == len
+                && s.bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
         };
         if !is_hex(key_id, KEY_ID_HEX) || !is_hex(secret, SECRET_HEX) {
             return Err(AgentKeyError);

@@ -70,8 +70,7 @@ impl PaymentRequest {
 
     /// The normalised request as compact JSON with sorted keys.
     pub fn canonical_json(&self) -> String {
-        serde_json::to_string(&self.business_fields())
-            .expect("a map of strings always serialises")
+        serde_json::to_string(&self.business_fields()).expect("a map of strings always serialises")
     }
 
     pub fn request_hash(&self) -> RequestHash {

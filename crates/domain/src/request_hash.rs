@@ -86,7 +86,10 @@ mod golden_vectors {
         let reference = hash("cus_1", "inv_1", "250.00", Some("USD"));
         assert_eq!(hash("cus_1", "inv_1", "250", Some("USD")), reference);
         assert_eq!(hash("cus_1", "inv_1", "250.0", None), reference);
-        assert_eq!(hash("  cus_1", "inv_1 ", "250.000", Some(" usd")), reference);
+        assert_eq!(
+            hash("  cus_1", "inv_1 ", "250.000", Some(" usd")),
+            reference
+        );
     }
 
     #[test]

@@ -14,7 +14,10 @@ pub struct AuthenticatedAgent {
     pub policy: AgentPolicy,
 }
 
-pub async fn authenticate(request: &HttpRequest, store: &Store) -> Result<AuthenticatedAgent, Problem> {
+pub async fn authenticate(
+    request: &HttpRequest,
+    store: &Store,
+) -> Result<AuthenticatedAgent, Problem> {
     let presented = bearer_token(request).ok_or_else(Problem::unauthenticated)?;
     let key = AgentKey::parse(presented).map_err(|_| Problem::unauthenticated())?;
     let agent = store
@@ -31,7 +34,11 @@ pub async fn authenticate(request: &HttpRequest, store: &Store) -> Result<Authen
 }
 
 fn bearer_token(request: &HttpRequest) -> Option<&str> {
-    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     let (scheme, token) = value.trim().split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")

@@ -38,11 +38,13 @@ pub async fn read_json(
     }
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| Problem::malformed_json(format!("could not read body: {e}")))?;
+        let chunk =
+            chunk.map_err(|e| Problem::malformed_json(format!("could not read body: {e}")))?;
         if body.len() + chunk.len() > MAX_BODY_BYTES {
             return Err(Problem::too_large(MAX_BODY_BYTES));
         }
         body.extend_from_slice(&chunk);
     }
-    serde_json::from_slice(&body).map_err(|e| Problem::malformed_json(format!("body is not valid JSON: {e}")))
+    serde_json::from_slice(&body)
+        .map_err(|e| Problem::malformed_json(format!("body is not valid JSON: {e}")))
 }

@@ -7,14 +7,26 @@ use clap::Parser;
 use opgate_store::PoolSettings;
 
 #[derive(Debug, Clone, Parser)]
-#[command(name = "intake", version, about = "opgate intake: registers agents' operations exactly once")]
+#[command(
+    name = "intake",
+    version,
+    about = "opgate intake: registers agents' operations exactly once"
+)]
 pub struct Config {
     /// PostgreSQL connection URL.
-    #[arg(long, env = "DATABASE_URL", default_value = "postgres://localhost/opgate")]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://localhost/opgate"
+    )]
     pub database_url: String,
 
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).
-    #[arg(long = "listen", env = "INTAKE_LISTEN", default_value = "127.0.0.1:8080")]
+    #[arg(
+        long = "listen",
+        env = "INTAKE_LISTEN",
+        default_value = "127.0.0.1:8080"
+    )]
     pub listen: SocketAddr,
 
     /// Apply pending database migrations before serving.

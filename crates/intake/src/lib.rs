@@ -30,7 +30,11 @@ async fn openapi_json() -> HttpResponse {
 
 /// Builds the server on an already-bound listener; the caller awaits it. actix stops
 /// gracefully on SIGTERM/SIGINT, finishing in-flight requests.
-pub fn serve(store: Store, listener: TcpListener, workers: Option<usize>) -> std::io::Result<Server> {
+pub fn serve(
+    store: Store,
+    listener: TcpListener,
+    workers: Option<usize>,
+) -> std::io::Result<Server> {
     let state = web::Data::new(AppState { store });
     let mut server = HttpServer::new(move || {
         App::new()

@@ -20,8 +20,8 @@ async fn main() -> anyhow::Result<()> {
         let applied = store.migrate().await.context("applying migrations")?;
         tracing::info!(applied, "migrations applied");
     }
-    let listener = TcpListener::bind(config.listen)
-        .with_context(|| format!("binding {}", config.listen))?;
+    let listener =
+        TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
     let address = listener.local_addr()?;
     // The one line on stdout: scripts and tests read the chosen address from it.
     println!("intake listening on http://{address}");

@@ -30,7 +30,8 @@ pub struct AgentRecord {
 const AGENT_COLUMNS: &str =
     "agent_id, key_id, api_key_hash, allowed_operations, max_amounts, created_at, revoked_at";
 
-const INSERT_AGENT: &str = "INSERT INTO agents (agent_id, key_id, api_key_hash, allowed_operations, max_amounts) \
+const INSERT_AGENT: &str =
+    "INSERT INTO agents (agent_id, key_id, api_key_hash, allowed_operations, max_amounts) \
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (agent_id) DO NOTHING";
 
 const REVOKE_AGENT: &str =

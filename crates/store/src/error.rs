@@ -49,8 +49,7 @@ fn is_connection_failure(error: &tokio_postgres::Error) -> bool {
     }
     if let Some(code) = error.code() {
         let code = code.code();
-        return code.starts_with("08")
-            || matches!(code, "57P01" | "57P02" | "57P03" | "53300");
+        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300");
     }
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {

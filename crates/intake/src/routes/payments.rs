@@ -140,7 +140,9 @@ fn idempotency_key(request: &HttpRequest) -> Result<IdempotencyKey, Problem> {
 fn is_traceparent(value: &str) -> bool {
     let parts: Vec<&str> = value.split('-').collect();
     let hex = |s: &str, len: usize| {
-        s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
     parts.len() == 4
         && hex(parts[0], 2)
@@ -157,9 +159,15 @@ mod tests {
 
     #[test]
     fn only_well_formed_traceparents_are_kept() {
-        assert!(is_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
-        assert!(!is_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"));
-        assert!(!is_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"));
+        assert!(is_traceparent(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        ));
+        assert!(!is_traceparent(
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01"
+        ));
+        assert!(!is_traceparent(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"
+        ));
         assert!(!is_traceparent("junk"));
     }
 }

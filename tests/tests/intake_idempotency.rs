@@ -1,0 +1,154 @@
+//! Exactly one operation per (agent, Idempotency-Key), however often agents retry and
+//! however many requests race.
+
+use std::collections::HashSet;
+
+use futures_util::future::join_all;
+use opgate_e2e::api::{get_operation, payment_body, post_payment};
+use opgate_e2e::{Intake, TestDb};
+
+#[tokio::test]
+async fn a_replay_returns_the_same_operation_and_enqueues_nothing() {
+    let db = TestDb::create().await;
+    let key = db.create_agent("agent-a", &[]);
+    let intake = Intake::start(&db.url).await;
+    let client = reqwest::Client::new();
+    let body = payment_body("cus_1", "inv_1", "250");
+
+    let first = post_payment(&client, &intake.base_url, Some(&key), Some("pay-1"), &body).await;
+    assert_eq!(first.status, 202);
+    let after_first = db.counts().await;
+    for _ in 0..3 {
+        let replay =
+            post_payment(&client, &intake.base_url, Some(&key), Some("pay-1"), &body).await;
+        assert_eq!(replay.status, 202, "{}", replay.body);
+        assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+        assert_eq!(replay.operation_id(), first.operation_id());
+        assert_eq!(replay.header("location"), first.header("location"));
+    }
+    assert_eq!(db.counts().await, after_first, "a replay wrote something");
+    assert_eq!((after_first.operations, after_first.outbox), (1, 1));
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_identical_requests_make_one_operation() {
+    let db = TestDb::create().await;
+    let key = db.create_agent("racer", &[]);
+    let intake = Intake::start(&db.url).await;
+    let client = reqwest::Client::new();
+    let body = payment_body("cus_race", "inv_race", "99.99");
+
+    let replies = join_all((0..200).map(|_| {
+        post_payment(
+            &client,
+            &intake.base_url,
+            Some(&key),
+            Some("the-one-key"),
+            &body,
+        )
+    }))
+    .await;
+
+    let ids: HashSet<&str> = replies.iter().map(|r| r.operation_id()).collect();
+    assert_eq!(ids.len(), 1, "responses named {} operations", ids.len());
+    assert!(replies.iter().all(|r| r.status == 202));
+    let fresh = replies
+        .iter()
+        .filter(|r| r.header("idempotent-replayed").is_none())
+        .count();
+    assert_eq!(fresh, 1, "exactly one response announces a new operation");
+    let counts = db.counts().await;
+    assert_eq!(
+        (counts.operations, counts.outbox, counts.operation_events),
+        (1, 1, 1)
+    );
+}
+
+#[tokio::test]
+async fn racing_two_different_payloads_on_one_key_lets_one_win() {
+    let db = TestDb::create().await;
+    let key = db.create_agent("racer", &[]);
+    let intake = Intake::start(&db.url).await;
+    let client = reqwest::Client::new();
+    let bodies = [
+        payment_body("cus", "inv", "10.00"),
+        payment_body("cus", "inv", "20.00"),
+    ];
+
+    let replies = join_all((0..200).map(|i| {
+        post_payment(
+            &client,
+            &intake.base_url,
+            Some(&key),
+            Some("contested"),
+            &bodies[i % 2],
+        )
+    }))
+    .await;
+
+    let winners: Vec<_> = replies.iter().filter(|r| r.status == 202).collect();
+    let losers: Vec<_> = replies.iter().filter(|r| r.status == 409).collect();
+    assert_eq!(
+        winners.len() + losers.len(),
+        200,
+        "only 202 and 409 are expected"
+    );
+    assert_eq!(
+        winners.len(),
+        100,
+        "every request with the winning payload gets the operation"
+    );
+    let ids: HashSet<&str> = winners.iter().map(|r| r.operation_id()).collect();
+    assert_eq!(ids.len(), 1);
+    for loser in &losers {
+        loser.assert_problem(409);
+    }
+    let counts = db.counts().await;
+    assert_eq!(
+        (counts.operations, counts.outbox, counts.operation_events),
+        (1, 1, 1)
+    );
+}
+
+#[tokio::test]
+async fn keys_are_scoped_per_agent_and_operations_are_private() {
+    let db = TestDb::create().await;
+    let alice = db.create_agent("alice", &[]);
+    let bob = db.create_agent("bob", &[]);
+    let intake = Intake::start(&db.url).await;
+    let client = reqwest::Client::new();
+    let base = &intake.base_url;
+
+    let a = post_payment(
+        &client,
+        base,
+        Some(&alice),
+        Some("shared-key"),
+        &payment_body("c", "i", "1"),
+    )
+    .await;
+    // Bob uses the same key with a different payload: no conflict, his own operation.
+    let b = post_payment(
+        &client,
+        base,
+        Some(&bob),
+        Some("shared-key"),
+        &payment_body("c", "i", "2"),
+    )
+    .await;
+    assert_eq!((a.status, b.status), (202, 202));
+    assert_eq!(b.header("idempotent-replayed"), None);
+    assert_ne!(a.operation_id(), b.operation_id());
+    assert_eq!(db.counts().await.operations, 2);
+
+    // Bob cannot see Alice's operation, and the answer is the same as for no operation.
+    get_operation(&client, base, &bob, a.operation_id())
+        .await
+        .assert_problem(404);
+    assert_eq!(
+        get_operation(&client, base, &alice, a.operation_id())
+            .await
+            .status,
+        202
+    );
+}
