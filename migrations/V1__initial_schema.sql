@@ -82,6 +82,10 @@ CREATE TABLE operation_events (
     actor          TEXT        NOT NULL,
     reason         TEXT,
     fencing_token  BIGINT,
+    -- 'applied': the transition happened. 'rejected_stale': a worker whose fencing token
+    -- was no longer current tried it and was refused; kept so that takeovers are visible.
+    outcome        TEXT        NOT NULL DEFAULT 'applied'
+                               CHECK (outcome IN ('applied', 'rejected_stale')),
     created_at     TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 

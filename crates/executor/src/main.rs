@@ -1,1 +1,49 @@
-fn main() {}
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use opgate_executor::{run, Config};
+use opgate_provider::HttpProvider;
+use opgate_store::{PoolSettings, Store};
+use tokio::signal::unix::{signal, SignalKind};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(problem) = config.validate() {
+        bail!(problem);
+    }
+    let pool = PoolSettings {
+        max_connections: config.concurrency + 4,
+        ..PoolSettings::default()
+    };
+    let store =
+        Store::connect(&config.database_url, &pool).context("configuring the database pool")?;
+    if config.migrate {
+        store.migrate().await.context("applying migrations")?;
+    }
+    let provider = Arc::new(HttpProvider::new(config.provider()));
+    let owner = format!(
+        "executor:{}:{}",
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let mut terminate = signal(SignalKind::terminate())?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    // The one line on stdout: scripts and tests wait for it.
+    println!("executor running as {owner}");
+    tracing::info!(%owner, provider = %config.provider_url, concurrency = config.concurrency, "executor started");
+    run(config, store, provider, owner, shutdown).await;
+    tracing::info!("executor stopped");
+    Ok(())
+}

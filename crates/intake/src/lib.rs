@@ -9,6 +9,7 @@ mod openapi;
 mod problem;
 mod routes;
 mod view;
+mod wakeups;
 
 use std::net::TcpListener;
 
@@ -21,6 +22,8 @@ pub use config::Config;
 
 pub struct AppState {
     pub store: Store,
+    pub executor_waker: wakeups::ExecutorWaker,
+    pub settled: wakeups::SettledOperations,
 }
 
 #[get("/openapi.json")]
@@ -29,13 +32,19 @@ async fn openapi_json() -> HttpResponse {
 }
 
 /// Builds the server on an already-bound listener; the caller awaits it. actix stops
-/// gracefully on SIGTERM/SIGINT, finishing in-flight requests.
+/// gracefully on SIGTERM/SIGINT, finishing in-flight requests. Must be called inside a
+/// Tokio runtime: it starts intake's LISTEN/NOTIFY tasks.
 pub fn serve(
     store: Store,
+    database_url: &str,
     listener: TcpListener,
     workers: Option<usize>,
 ) -> std::io::Result<Server> {
-    let state = web::Data::new(AppState { store });
+    let state = web::Data::new(AppState {
+        executor_waker: wakeups::ExecutorWaker::spawn(store.clone()),
+        settled: wakeups::SettledOperations::spawn(database_url.to_owned()),
+        store,
+    });
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())

@@ -46,7 +46,12 @@ pub fn location_of(record: &OperationRecord) -> String {
     format!("/agent/operations/{}", record.operation_id)
 }
 
-pub fn operation_response(record: &OperationRecord, replayed: bool) -> HttpResponse {
+/// `waited`: the `wait=N` preference that was applied, echoed in `Preference-Applied`.
+pub fn operation_response(
+    record: &OperationRecord,
+    replayed: bool,
+    waited: Option<u64>,
+) -> HttpResponse {
     let status = if record.status.is_terminal() {
         StatusCode::OK
     } else {
@@ -56,6 +61,9 @@ pub fn operation_response(record: &OperationRecord, replayed: bool) -> HttpRespo
     response.insert_header((header::LOCATION, location_of(record)));
     if replayed {
         response.insert_header(("Idempotent-Replayed", "true"));
+    }
+    if let Some(secs) = waited {
+        response.insert_header(("Preference-Applied", format!("wait={secs}")));
     }
     response.json(OperationView::from(record))
 }

@@ -4,13 +4,17 @@
 
 mod agents;
 mod error;
+mod execution;
 mod migrate;
+mod notifications;
 mod operations;
 mod pool;
 mod stats;
 
 pub use agents::{AgentRecord, NewAgent};
 pub use error::StoreError;
+pub use execution::{ClaimedOperation, Completion, FencedWrite};
+pub use notifications::{spawn_listener, Wakeup, OUTBOX_CHANNEL, SETTLED_CHANNEL};
 pub use operations::{NewOperation, OperationRecord, Registration};
 pub use pool::{PoolSettings, Store};
 pub use stats::TableCounts;

@@ -7,10 +7,14 @@ use uuid::Uuid;
 use crate::auth::authenticate;
 use crate::problem::Problem;
 use crate::view::{operation_response, OperationView};
+use crate::wakeups::requested_wait;
 use crate::AppState;
 
 #[utoipa::path(
-    params(("operation_id" = String, Path, description = "The operation's id")),
+    params(
+        ("operation_id" = String, Path, description = "The operation's id"),
+        ("Prefer" = Option<String>, Header, description = "wait=N (N <= 30): wait up to N seconds for a terminal state"),
+    ),
     security(("agent_key" = [])),
     responses(
         (status = 200, description = "Terminal operation (SUCCEEDED or FAILED)", body = OperationView),
@@ -33,5 +37,16 @@ pub async fn get_operation(
         .find_operation_for_agent(operation_id, &agent.agent_id)
         .await?
         .ok_or_else(Problem::not_found)?;
-    Ok(operation_response(&record, false))
+    let waited = requested_wait(&request);
+    let record = match waited {
+        Some(secs) => {
+            let wait = std::time::Duration::from_secs(secs);
+            state
+                .settled
+                .wait_until_terminal(&state.store, &agent.agent_id, record, wait)
+                .await?
+        }
+        None => record,
+    };
+    Ok(operation_response(&record, false, waited))
 }

@@ -13,6 +13,7 @@ use crate::auth::authenticate;
 use crate::body::{read_json, require_json_content_type};
 use crate::problem::Problem;
 use crate::view::{operation_response, OperationView};
+use crate::wakeups::requested_wait;
 use crate::AppState;
 
 /// The body of a payment request. Unknown fields are refused.
@@ -50,12 +51,13 @@ impl AmountField {
     request_body(content = PaymentBody, content_type = "application/json"),
     params(
         ("Idempotency-Key" = String, Header, description = "1..255 visible ASCII characters; the same key for every retry of one payment"),
+        ("Prefer" = Option<String>, Header, description = "wait=N (N <= 30): wait up to N seconds for a terminal state; answered with Preference-Applied"),
     ),
     security(("agent_key" = [])),
     responses(
         (status = 202, description = "New operation accepted (or a replay of one still in progress)", body = OperationView,
          headers(("Location" = String), ("Idempotent-Replayed" = String, description = "true on a replay"))),
-        (status = 200, description = "Replay of an operation that has finished", body = OperationView),
+        (status = 200, description = "The operation has finished (a replay, or after Prefer: wait)", body = OperationView),
         (status = 400, description = "Missing or invalid Idempotency-Key, or malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing, unknown or revoked key", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Payments or this amount not permitted for this agent", body = Problem, content_type = "application/problem+json"),
@@ -109,20 +111,34 @@ pub async fn create_payment(
             trace_context: traceparent,
         })
         .await?;
-    match registration {
+    let (record, replayed) = match registration {
         Registration::Created(record) => {
+            // After the commit, never inside it: see wakeups.rs.
+            state.executor_waker.operation_created();
             tracing::info!(agent_id = %agent.agent_id, operation_id = %record.operation_id, "operation registered");
-            Ok(operation_response(&record, false))
+            (record, false)
         }
         Registration::Replayed(record) => {
             tracing::info!(agent_id = %agent.agent_id, operation_id = %record.operation_id, status = %record.status, "idempotent replay");
-            Ok(operation_response(&record, true))
+            (record, true)
         }
         Registration::KeyReused => {
             tracing::info!(agent_id = %agent.agent_id, "idempotency key reused with a different request");
-            Err(Problem::key_reused())
+            return Err(Problem::key_reused());
         }
-    }
+    };
+    let waited = requested_wait(&request);
+    let record = match waited {
+        Some(secs) => {
+            let wait = std::time::Duration::from_secs(secs);
+            state
+                .settled
+                .wait_until_terminal(&state.store, &agent.agent_id, record, wait)
+                .await?
+        }
+        None => record,
+    };
+    Ok(operation_response(&record, replayed, waited))
 }
 
 fn idempotency_key(request: &HttpRequest) -> Result<IdempotencyKey, Problem> {

@@ -1,0 +1,101 @@
+//! The executor's configuration: flags with environment fallbacks, read in one place.
+
+use std::time::Duration;
+
+use clap::Parser;
+use opgate_provider::HttpProviderConfig;
+
+fn duration(text: &str) -> Result<Duration, humantime::DurationError> {
+    humantime::parse_duration(text)
+}
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "executor",
+    version,
+    about = "opgate executor: carries out each registered operation once"
+)]
+pub struct Config {
+    /// PostgreSQL connection URL.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://localhost/opgate"
+    )]
+    pub database_url: String,
+
+    /// Base URL of the payment provider.
+    #[arg(long, env = "PROVIDER_URL", default_value = "http://127.0.0.1:9090")]
+    pub provider_url: String,
+
+    /// Operations executed at once by this process.
+    #[arg(long, env = "EXECUTOR_CONCURRENCY", default_value_t = 16)]
+    pub concurrency: usize,
+
+    /// Outbox events claimed per query (at most the free concurrency).
+    #[arg(long, env = "EXECUTOR_BATCH_SIZE", default_value_t = 32)]
+    pub batch_size: usize,
+
+    /// Lease on a claimed operation; heartbeats renew it every third of it.
+    #[arg(long, env = "EXECUTOR_LEASE", default_value = "30s", value_parser = duration)]
+    pub lease: Duration,
+
+    /// Fallback poll interval when no notification arrives.
+    #[arg(long, env = "EXECUTOR_POLL_INTERVAL", default_value = "1s", value_parser = duration)]
+    pub poll_interval: Duration,
+
+    /// Provider calls per operation (across requeues, and keyed retries in one claim).
+    #[arg(long, env = "EXECUTOR_MAX_ATTEMPTS", default_value_t = 5)]
+    pub max_attempts: u32,
+
+    /// First retry delay; doubles per retry, with jitter, up to --retry-max.
+    #[arg(long, env = "EXECUTOR_RETRY_BASE", default_value = "200ms", value_parser = duration)]
+    pub retry_base: Duration,
+
+    #[arg(long, env = "EXECUTOR_RETRY_MAX", default_value = "30s", value_parser = duration)]
+    pub retry_max: Duration,
+
+    /// Time to establish a connection to the provider.
+    #[arg(long, env = "PROVIDER_CONNECT_TIMEOUT", default_value = "2s", value_parser = duration)]
+    pub connect_timeout: Duration,
+
+    /// Time from sending a request to the provider to reading its whole answer.
+    #[arg(long, env = "PROVIDER_RESPONSE_TIMEOUT", default_value = "10s", value_parser = duration)]
+    pub response_timeout: Duration,
+
+    /// The provider deduplicates by Idempotency-Key, so an uncertain call may be
+    /// re-sent with the same key, and abandoned work re-sent by a new owner. When
+    /// false, both become UNKNOWN for the reconciler.
+    #[arg(long, env = "PROVIDER_KEYED_RETRIES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub keyed_retries: bool,
+
+    /// On SIGTERM, how long in-flight operations may take before their leases are
+    /// released for another executor.
+    #[arg(long, env = "EXECUTOR_SHUTDOWN_GRACE", default_value = "10s", value_parser = duration)]
+    pub shutdown_grace: Duration,
+
+    /// Apply pending database migrations before starting.
+    #[arg(long)]
+    pub migrate: bool,
+}
+
+impl Config {
+    pub fn provider(&self) -> HttpProviderConfig {
+        HttpProviderConfig {
+            base_url: self.provider_url.clone(),
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            keyed_retries_safe: self.keyed_retries,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.concurrency == 0 || self.batch_size == 0 || self.max_attempts == 0 {
+            return Err("--concurrency, --batch-size and --max-attempts must be at least 1".into());
+        }
+        if self.lease < Duration::from_millis(300) {
+            return Err("--lease must be at least 300ms".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,39 @@
+//! The lease heartbeat: renews the lease every third of its length while a provider
+//! call runs, outside any transaction, and says so at once when the lease is lost.
+
+use std::time::Duration;
+
+use opgate_store::Store;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseLost(pub bool);
+
+pub fn spawn_heartbeat(
+    store: Store,
+    operation_id: Uuid,
+    fencing_token: i64,
+    lease: Duration,
+) -> (watch::Receiver<LeaseLost>, JoinHandle<()>) {
+    let (sender, receiver) = watch::channel(LeaseLost(false));
+    let handle = tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(lease / 3);
+        ticker.tick().await; // the claim itself just set the lease
+        loop {
+            ticker.tick().await;
+            match store.heartbeat(operation_id, fencing_token, lease).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    let _ = sender.send(LeaseLost(true));
+                    return;
+                }
+                // The database is unreachable: keep trying; if the lease runs out
+                // meanwhile, the next successful heartbeat reports it lost.
+                Err(error) => tracing::warn!(%operation_id, %error, "heartbeat failed"),
+            }
+        }
+    });
+    (receiver, handle)
+}

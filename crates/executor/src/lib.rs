@@ -1,0 +1,16 @@
+//! opgate executor: drains the outbox and carries out each operation once. Claims are
+//! `FOR UPDATE SKIP LOCKED` batches that take a fenced lease; each claimed operation
+//! runs on its own task, bounded by `--concurrency`. Wakes on LISTEN/NOTIFY and polls
+//! as a fallback. On shutdown it stops claiming, lets in-flight work finish within a
+//! grace period, and releases the leases of whatever is left.
+
+mod backoff;
+pub mod config;
+mod dispatcher;
+mod heartbeat;
+mod settled;
+mod stats;
+mod worker;
+
+pub use config::Config;
+pub use dispatcher::run;

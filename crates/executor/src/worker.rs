@@ -1,0 +1,311 @@
+//! Carrying out one claimed operation: call the provider under a heartbeated lease,
+//! classify the outcome into a transition, and write it only if the fencing token is
+//! still ours. No database transaction is open during the provider call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use opgate_domain::OperationStatus;
+use opgate_provider::{provider_key, PaymentInstruction, Provider, ProviderOutcome};
+use opgate_store::{ClaimedOperation, Completion, FencedWrite, Store};
+use tokio::sync::watch;
+
+use crate::backoff::retry_delay;
+use crate::heartbeat::{spawn_heartbeat, LeaseLost};
+use crate::settled::SettledNotifier;
+use crate::stats::Stats;
+
+pub struct Worker<P> {
+    pub store: Store,
+    pub provider: Arc<P>,
+    pub owner: String,
+    pub lease: Duration,
+    pub max_attempts: u32,
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+    pub settled: SettledNotifier,
+    pub stats: Arc<Stats>,
+}
+
+/// The write a provider call leads to.
+enum Decision {
+    Complete {
+        status: OperationStatus,
+        reference: Option<String>,
+        error: Option<String>,
+        reason: &'static str,
+    },
+    Requeue {
+        delay: Duration,
+        error: String,
+    },
+    LeaseLost,
+}
+
+impl<P: Provider> Worker<P> {
+    pub async fn execute(&self, op: ClaimedOperation) {
+        let decision = match instruction_for(&op) {
+            None => Decision::Complete {
+                status: OperationStatus::Failed,
+                reference: None,
+                error: Some("stored request could not be read; never sent".into()),
+                reason: "unreadable request",
+            },
+            Some(_)
+                if op.previous_status == OperationStatus::InProgress
+                    && !self.provider.keyed_retries_safe() =>
+            {
+                Decision::Complete {
+                    status: OperationStatus::Unknown,
+                    reference: None,
+                    error: Some("a previous executor's lease expired during execution".into()),
+                    reason: "abandoned mid-call; not re-sent because keyed retries are off",
+                }
+            }
+            Some(instruction) => {
+                let (lost, heartbeat) = spawn_heartbeat(
+                    self.store.clone(),
+                    op.operation_id,
+                    op.fencing_token,
+                    self.lease,
+                );
+                let decision = self.call_provider(&op, &instruction, lost).await;
+                heartbeat.abort();
+                decision
+            }
+        };
+        self.write(&op, decision).await;
+    }
+
+    async fn call_provider(
+        &self,
+        op: &ClaimedOperation,
+        instruction: &PaymentInstruction,
+        mut lost: watch::Receiver<LeaseLost>,
+    ) -> Decision {
+        // A previous owner may have sent the request before its lease expired.
+        let mut maybe_sent = op.previous_status == OperationStatus::InProgress;
+        let mut calls = op.attempts.max(1) as u32;
+        let mut retry_in_claim = 0;
+        loop {
+            let started = std::time::Instant::now();
+            let outcome = tokio::select! {
+                outcome = self.provider.execute(instruction) => outcome,
+                _ = lost.changed() => return Decision::LeaseLost,
+            };
+            tracing::info!(
+                operation_id = %op.operation_id, attempt = calls,
+                outcome = outcome_name(&outcome), elapsed_ms = started.elapsed().as_millis() as u64,
+                "provider call"
+            );
+            let uncertain_cause = match outcome {
+                ProviderOutcome::Succeeded { reference } => {
+                    return complete(
+                        OperationStatus::Succeeded,
+                        Some(reference),
+                        None,
+                        "provider confirmed the payment",
+                    )
+                }
+                ProviderOutcome::Declined { reference, code } => {
+                    return complete(
+                        OperationStatus::Failed,
+                        reference,
+                        Some(format!("declined by the provider: {code}")),
+                        "provider declined",
+                    )
+                }
+                ProviderOutcome::Rejected { status, detail } => {
+                    return complete(
+                        OperationStatus::Failed,
+                        None,
+                        Some(format!(
+                            "provider rejected the request (HTTP {status}): {detail}"
+                        )),
+                        "provider rejected the request",
+                    )
+                }
+                ProviderOutcome::Pending { reference } => {
+                    return complete(
+                        OperationStatus::Unknown,
+                        reference,
+                        Some("provider reports the payment as pending".into()),
+                        "pending at the provider; the reconciler follows up",
+                    )
+                }
+                ProviderOutcome::NotSent { cause } if !maybe_sent => {
+                    if calls >= self.max_attempts {
+                        return complete(
+                            OperationStatus::Failed,
+                            None,
+                            Some(format!(
+                                "never reached the provider after {calls} attempts: {cause}"
+                            )),
+                            "never reached the provider",
+                        );
+                    }
+                    let delay = retry_delay(op.retry_count as u32, self.retry_base, self.retry_max);
+                    return Decision::Requeue {
+                        delay,
+                        error: cause,
+                    };
+                }
+                ProviderOutcome::NotSent { cause } => cause,
+                ProviderOutcome::Uncertain { cause } => {
+                    self.stats.provider_uncertain();
+                    maybe_sent = true;
+                    cause
+                }
+            };
+            if !self.provider.keyed_retries_safe() || calls >= self.max_attempts {
+                return complete(
+                    OperationStatus::Unknown,
+                    None,
+                    Some(uncertain_cause),
+                    "outcome uncertain; the reconciler follows up",
+                );
+            }
+            // Same key, same operation: the provider deduplicates, so this is safe.
+            let delay = retry_delay(retry_in_claim, self.retry_base, self.retry_max);
+            retry_in_claim += 1;
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = lost.changed() => return Decision::LeaseLost,
+            }
+            match self
+                .store
+                .count_attempt(op.operation_id, op.fencing_token)
+                .await
+            {
+                Ok(true) => calls += 1,
+                Ok(false) => return Decision::LeaseLost,
+                Err(error) => {
+                    tracing::warn!(operation_id = %op.operation_id, %error, "could not count an attempt; retrying anyway");
+                    calls += 1;
+                }
+            }
+        }
+    }
+
+    /// Writes the decision, retrying while the database is unavailable: until the
+    /// write lands, is rejected as stale, or the lease has surely passed to another.
+    async fn write(&self, op: &ClaimedOperation, decision: Decision) {
+        let give_up_after = self.lease * 2;
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let result = match &decision {
+                Decision::LeaseLost => {
+                    self.stats.lease_lost();
+                    tracing::warn!(operation_id = %op.operation_id, fencing_token = op.fencing_token, "lease lost during execution; writing nothing");
+                    return;
+                }
+                Decision::Complete {
+                    status,
+                    reference,
+                    error,
+                    reason,
+                } => {
+                    let completion = Completion {
+                        status: *status,
+                        provider_reference: reference.as_deref(),
+                        last_error: error.as_deref(),
+                        reason,
+                    };
+                    self.store
+                        .complete_with_fence(
+                            op.operation_id,
+                            op.fencing_token,
+                            &self.owner,
+                            &completion,
+                        )
+                        .await
+                }
+                Decision::Requeue { delay, error } => {
+                    self.store
+                        .requeue_with_fence(
+                            op.operation_id,
+                            op.fencing_token,
+                            &self.owner,
+                            *delay,
+                            error,
+                        )
+                        .await
+                }
+            };
+            match result {
+                Ok(FencedWrite::Applied) => {
+                    self.after_applied(op, &decision);
+                    return;
+                }
+                Ok(FencedWrite::RejectedStale) => {
+                    self.stats.stale_write_rejected();
+                    tracing::warn!(operation_id = %op.operation_id, fencing_token = op.fencing_token, "stale write rejected by the fencing token");
+                    return;
+                }
+                Err(error) if started.elapsed() < give_up_after => {
+                    tracing::warn!(operation_id = %op.operation_id, %error, "could not record the outcome; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(error) => {
+                    tracing::error!(operation_id = %op.operation_id, %error, "gave up recording the outcome; the lease has passed to another executor");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn after_applied(&self, op: &ClaimedOperation, decision: &Decision) {
+        match decision {
+            Decision::Complete { status, .. } => {
+                self.stats.completed(*status);
+                tracing::info!(operation_id = %op.operation_id, agent_id = %op.agent_id, status = %status, "operation completed");
+                if status.is_terminal() {
+                    self.settled.settled(op.operation_id);
+                }
+            }
+            Decision::Requeue { delay, .. } => {
+                tracing::info!(operation_id = %op.operation_id, retry_in_ms = delay.as_millis() as u64, "provider unreachable; requeued");
+            }
+            Decision::LeaseLost => {}
+        }
+    }
+}
+
+fn complete(
+    status: OperationStatus,
+    reference: Option<String>,
+    error: Option<String>,
+    reason: &'static str,
+) -> Decision {
+    Decision::Complete {
+        status,
+        reference,
+        error,
+        reason,
+    }
+}
+
+fn outcome_name(outcome: &ProviderOutcome) -> &'static str {
+    match outcome {
+        ProviderOutcome::Succeeded { .. } => "succeeded",
+        ProviderOutcome::Declined { .. } => "declined",
+        ProviderOutcome::Pending { .. } => "pending",
+        ProviderOutcome::Rejected { .. } => "rejected",
+        ProviderOutcome::NotSent { .. } => "not_sent",
+        ProviderOutcome::Uncertain { .. } => "uncertain",
+    }
+}
+
+fn instruction_for(op: &ClaimedOperation) -> Option<PaymentInstruction> {
+    let field = |name: &str| op.payload.get(name)?.as_str().map(str::to_owned);
+    Some(PaymentInstruction {
+        operation_id: op.operation_id,
+        provider_key: provider_key(op.operation_id),
+        customer_id: field("customer_id")?,
+        invoice_id: field("invoice_id")?,
+        amount: field("amount")?,
+        currency: field("currency")?,
+    })
+}

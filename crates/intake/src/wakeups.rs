@@ -1,0 +1,153 @@
+//! intake's two uses of LISTEN/NOTIFY: waking executors after a registration commits
+//! (coalesced: one NOTIFY covers every registration since the last one, and none is
+//! ever sent inside the registration transaction), and hearing which operations have
+//! settled, for requests that asked to wait (`Prefer: wait=N`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use opgate_store::{spawn_listener, Store, Wakeup, SETTLED_CHANNEL};
+use tokio::sync::{broadcast, Notify};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use opgate_store::OperationRecord;
+
+use crate::problem::Problem;
+
+/// Set after each commit that created an operation; one background task turns any
+/// number of them into one NOTIFY.
+#[derive(Clone)]
+pub struct ExecutorWaker {
+    pending: Arc<Notify>,
+}
+
+impl ExecutorWaker {
+    pub fn spawn(store: Store) -> Self {
+        let pending = Arc::new(Notify::new());
+        let signal = pending.clone();
+        tokio::spawn(async move {
+            loop {
+                signal.notified().await;
+                if let Err(error) = store.notify_outbox().await {
+                    tracing::debug!(%error, "could not wake executors; they poll");
+                }
+            }
+        });
+        Self { pending }
+    }
+
+    pub fn operation_created(&self) {
+        self.pending.notify_one();
+    }
+}
+
+/// Broadcasts settled operation ids; `Uuid::nil()` means "the listener reconnected:
+/// anything may have settled".
+#[derive(Clone)]
+pub struct SettledOperations {
+    sender: broadcast::Sender<Uuid>,
+}
+
+impl SettledOperations {
+    pub fn spawn(database_url: String) -> Self {
+        let (sender, _) = broadcast::channel(4096);
+        let forward = sender.clone();
+        let mut wakeups = spawn_listener(database_url, vec![SETTLED_CHANNEL]);
+        tokio::spawn(async move {
+            while let Some(wakeup) = wakeups.recv().await {
+                let id = match wakeup {
+                    Wakeup::Notification { payload, .. } => match payload.parse() {
+                        Ok(id) => id,
+                        Err(_) => continue,
+                    },
+                    Wakeup::Connected => Uuid::nil(),
+                };
+                let _ = forward.send(id);
+            }
+        });
+        Self { sender }
+    }
+
+    /// Re-reads the operation until it is terminal or `wait` has passed. Subscribes
+    /// before each read, so a settlement between the read and the wait is not missed.
+    pub async fn wait_until_terminal(
+        &self,
+        store: &Store,
+        agent_id: &str,
+        mut record: OperationRecord,
+        wait: Duration,
+    ) -> Result<OperationRecord, Problem> {
+        let deadline = Instant::now() + wait;
+        let id = record.operation_id;
+        let mut settled = self.sender.subscribe();
+        loop {
+            if record.status.is_terminal() || Instant::now() >= deadline {
+                return Ok(record);
+            }
+            loop {
+                tokio::select! {
+                    message = settled.recv() => match message {
+                        Ok(settled_id) if settled_id == id || settled_id.is_nil() => break,
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(broadcast::error::RecvError::Closed) => {
+                            tokio::time::sleep_until(deadline).await;
+                            break;
+                        }
+                    },
+                    _ = tokio::time::sleep_until(deadline) => break,
+                }
+            }
+            record = store
+                .find_operation_for_agent(id, agent_id)
+                .await?
+                .ok_or_else(Problem::not_found)?;
+        }
+    }
+}
+
+pub const MAX_WAIT_SECS: u64 = 30;
+
+/// The `wait=N` preference of a `Prefer` header, capped at 30 s.
+pub fn requested_wait(request: &actix_web::HttpRequest) -> Option<u64> {
+    request
+        .headers()
+        .get_all("prefer")
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split([',', ';']))
+        .filter_map(|preference| {
+            let (name, value) = preference.trim().split_once('=')?;
+            name.trim()
+                .eq_ignore_ascii_case("wait")
+                .then(|| value.trim().trim_matches('"').parse::<u64>().ok())?
+        })
+        .next()
+        .map(|secs| secs.min(MAX_WAIT_SECS))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::test::TestRequest;
+
+    #[test]
+    fn the_wait_preference_is_read_and_capped() {
+        let wait = |value: &str| {
+            requested_wait(
+                &TestRequest::default()
+                    .insert_header(("Prefer", value))
+                    .to_http_request(),
+            )
+        };
+        assert_eq!(wait("wait=5"), Some(5));
+        assert_eq!(wait("respond-async, wait=10"), Some(10));
+        assert_eq!(wait("wait=600"), Some(30));
+        assert_eq!(wait("return=minimal"), None);
+        assert_eq!(wait("wait=soon"), None);
+        assert_eq!(
+            requested_wait(&TestRequest::default().to_http_request()),
+            None
+        );
+    }
+}

@@ -1,0 +1,348 @@
+//! The executor's statements: claiming due outbox events under a fenced lease,
+//! heartbeats, and the fenced completion, requeue and release writes. Every write after
+//! the claim carries `fencing_token = $mine AND status = 'IN_PROGRESS'`; zero rows
+//! affected means the lease was lost and nothing was applied.
+
+use std::time::Duration;
+
+use opgate_domain::OperationStatus;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::error::StoreError;
+use crate::pool::Store;
+
+/// An operation this worker now holds the lease on.
+#[derive(Debug, Clone)]
+pub struct ClaimedOperation {
+    pub operation_id: Uuid,
+    pub agent_id: String,
+    pub fencing_token: i64,
+    /// IN_PROGRESS means a previous worker's lease expired mid-execution.
+    pub previous_status: OperationStatus,
+    pub attempts: i32,
+    pub retry_count: i32,
+    /// The normalised business fields, as registered.
+    pub payload: serde_json::Value,
+    pub trace_context: Option<String>,
+}
+
+/// What a fenced write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FencedWrite {
+    Applied,
+    /// The fencing token or state had moved on: nothing was written but the audit
+    /// row that records the refusal.
+    RejectedStale,
+}
+
+/// A final (for the executor) state: SUCCEEDED, FAILED or UNKNOWN.
+pub struct Completion<'a> {
+    pub status: OperationStatus,
+    pub provider_reference: Option<&'a str>,
+    pub last_error: Option<&'a str>,
+    pub reason: &'a str,
+}
+
+const CLAIM_DUE: &str = "
+WITH due AS (
+    SELECT o.event_id, o.operation_id, op.status AS previous_status
+    FROM outbox o
+    JOIN operations op ON op.operation_id = o.operation_id
+    WHERE o.available_at <= now()
+      AND (o.claimed_until IS NULL OR o.claimed_until < now())
+      AND op.status IN ('PENDING', 'IN_PROGRESS')
+    ORDER BY o.available_at, o.event_id
+    LIMIT $3
+    FOR UPDATE OF o SKIP LOCKED
+), events AS (
+    UPDATE outbox o
+    SET claimed_by = $1,
+        claimed_until = now() + $2 * interval '1 millisecond',
+        attempts = o.attempts + 1
+    FROM due
+    WHERE o.event_id = due.event_id
+    RETURNING o.operation_id, due.previous_status
+), claimed AS (
+    UPDATE operations op
+    SET status = 'IN_PROGRESS',
+        fencing_token = op.fencing_token + 1,
+        lease_owner = $1,
+        lease_expires_at = now() + $2 * interval '1 millisecond',
+        attempts = op.attempts + 1,
+        updated_at = now()
+    FROM events e
+    WHERE op.operation_id = e.operation_id
+    RETURNING op.operation_id, op.agent_id, op.fencing_token, e.previous_status, op.attempts,
+              op.retry_count, op.request_payload, op.trace_context
+), audit AS (
+    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
+    SELECT operation_id, agent_id, previous_status, 'IN_PROGRESS', $1,
+           CASE WHEN previous_status = 'IN_PROGRESS' THEN 'lease expired; taken over' ELSE 'claimed' END,
+           fencing_token
+    FROM claimed
+)
+SELECT * FROM claimed";
+
+const HEARTBEAT: &str = "
+WITH op AS (
+    UPDATE operations
+    SET lease_expires_at = now() + $3 * interval '1 millisecond'
+    WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'
+    RETURNING operation_id, lease_expires_at
+)
+UPDATE outbox SET claimed_until = op.lease_expires_at
+FROM op WHERE outbox.operation_id = op.operation_id
+RETURNING outbox.operation_id";
+
+const COUNT_ATTEMPT: &str = "
+UPDATE operations SET attempts = attempts + 1, updated_at = now()
+WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'";
+
+const COMPLETE: &str = "
+WITH updated AS (
+    UPDATE operations
+    SET status = $3,
+        provider_reference = COALESCE($4, provider_reference),
+        last_error = $5,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        next_attempt_at = CASE WHEN $3 = 'UNKNOWN' THEN now() ELSE NULL END,
+        updated_at = now()
+    WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'
+    RETURNING operation_id, agent_id
+), removed AS (
+    DELETE FROM outbox WHERE operation_id IN (SELECT operation_id FROM updated)
+), audit AS (
+    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
+    SELECT operation_id, agent_id, 'IN_PROGRESS', $3, $6, $7, $2 FROM updated
+)
+SELECT count(*) FROM updated";
+
+const REQUEUE: &str = "
+WITH updated AS (
+    UPDATE operations
+    SET status = 'PENDING',
+        retry_count = retry_count + 1,
+        last_error = $3,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        next_attempt_at = now() + $4 * interval '1 millisecond',
+        updated_at = now()
+    WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'
+    RETURNING operation_id, agent_id, next_attempt_at
+), requeued AS (
+    UPDATE outbox
+    SET claimed_by = NULL, claimed_until = NULL, available_at = updated.next_attempt_at
+    FROM updated WHERE outbox.operation_id = updated.operation_id
+), audit AS (
+    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
+    SELECT operation_id, agent_id, 'IN_PROGRESS', 'PENDING', $5, $6, $2 FROM updated
+)
+SELECT count(*) FROM updated";
+
+const RECORD_STALE_WRITE: &str = "
+INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token, outcome)
+SELECT operation_id, agent_id, status, $3, $4, $5, $2, 'rejected_stale'
+FROM operations WHERE operation_id = $1";
+
+const RELEASE: &str = "
+WITH op AS (
+    UPDATE operations SET lease_expires_at = now()
+    WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'
+    RETURNING operation_id
+)
+UPDATE outbox SET claimed_until = now() - interval '1 millisecond'
+FROM op WHERE outbox.operation_id = op.operation_id";
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Store {
+    /// Claims up to `batch` due events (new, or abandoned by an expired lease), taking
+    /// a lease on each operation with a new fencing token, in one committed statement.
+    pub async fn claim_due_operations(
+        &self,
+        owner: &str,
+        lease: Duration,
+        batch: i64,
+    ) -> Result<Vec<ClaimedOperation>, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(CLAIM_DUE).await?;
+        let rows = client
+            .query(&statement, &[&owner, &millis(lease), &batch])
+            .await?;
+        rows.iter().map(claimed_from_row).collect()
+    }
+
+    /// Extends the lease; `false` means it was lost (another worker took over).
+    pub async fn heartbeat(
+        &self,
+        operation_id: Uuid,
+        fencing_token: i64,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(HEARTBEAT).await?;
+        let rows = client
+            .query(&statement, &[&operation_id, &fencing_token, &millis(lease)])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Counts one more provider call under this lease; `false` if the lease was lost.
+    pub async fn count_attempt(
+        &self,
+        operation_id: Uuid,
+        fencing_token: i64,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        Ok(client
+            .execute(COUNT_ATTEMPT, &[&operation_id, &fencing_token])
+            .await?
+            == 1)
+    }
+
+    /// Writes the outcome, removes the outbox event and audits the transition in one
+    /// transaction, only if this worker's fencing token is still current.
+    pub async fn complete_with_fence(
+        &self,
+        operation_id: Uuid,
+        fencing_token: i64,
+        actor: &str,
+        completion: &Completion<'_>,
+    ) -> Result<FencedWrite, StoreError> {
+        debug_assert!(OperationStatus::can_transition(
+            OperationStatus::InProgress,
+            completion.status
+        ));
+        let client = self.client().await?;
+        let statement = client.prepare_cached(COMPLETE).await?;
+        let status = completion.status.as_str();
+        let row = client
+            .query_one(
+                &statement,
+                &[
+                    &operation_id,
+                    &fencing_token,
+                    &status,
+                    &completion.provider_reference,
+                    &completion.last_error,
+                    &actor,
+                    &completion.reason,
+                ],
+            )
+            .await?;
+        self.fenced_result(
+            &client,
+            row,
+            operation_id,
+            fencing_token,
+            status,
+            actor,
+            completion.reason,
+        )
+        .await
+    }
+
+    /// Puts the operation back to PENDING (the request never reached the provider) and
+    /// makes its outbox event due again after `delay`.
+    pub async fn requeue_with_fence(
+        &self,
+        operation_id: Uuid,
+        fencing_token: i64,
+        actor: &str,
+        delay: Duration,
+        last_error: &str,
+    ) -> Result<FencedWrite, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(REQUEUE).await?;
+        let reason = "request never reached the provider; retry scheduled";
+        let row = client
+            .query_one(
+                &statement,
+                &[
+                    &operation_id,
+                    &fencing_token,
+                    &last_error,
+                    &millis(delay),
+                    &actor,
+                    &reason,
+                ],
+            )
+            .await?;
+        self.fenced_result(
+            &client,
+            row,
+            operation_id,
+            fencing_token,
+            "PENDING",
+            actor,
+            reason,
+        )
+        .await
+    }
+
+    /// Gives the lease up at once (on shutdown), so another worker can take over now
+    /// rather than after the lease expires.
+    pub async fn release_lease(
+        &self,
+        operation_id: Uuid,
+        fencing_token: i64,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(RELEASE, &[&operation_id, &fencing_token])
+            .await?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn fenced_result(
+        &self,
+        client: &deadpool_postgres::Object,
+        row: Row,
+        operation_id: Uuid,
+        fencing_token: i64,
+        attempted_status: &str,
+        actor: &str,
+        reason: &str,
+    ) -> Result<FencedWrite, StoreError> {
+        if row.get::<_, i64>(0) == 1 {
+            return Ok(FencedWrite::Applied);
+        }
+        let why = format!(
+            "stale write rejected (fencing token {fencing_token} no longer current): {reason}"
+        );
+        client
+            .execute(
+                RECORD_STALE_WRITE,
+                &[
+                    &operation_id,
+                    &fencing_token,
+                    &attempted_status,
+                    &actor,
+                    &why,
+                ],
+            )
+            .await?;
+        Ok(FencedWrite::RejectedStale)
+    }
+}
+
+fn claimed_from_row(row: &Row) -> Result<ClaimedOperation, StoreError> {
+    let previous: String = row.get("previous_status");
+    Ok(ClaimedOperation {
+        operation_id: row.get("operation_id"),
+        agent_id: row.get("agent_id"),
+        fencing_token: row.get("fencing_token"),
+        previous_status: previous
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+        attempts: row.get("attempts"),
+        retry_count: row.get("retry_count"),
+        payload: row.get("request_payload"),
+        trace_context: row.get("trace_context"),
+    })
+}
