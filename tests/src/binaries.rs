@@ -1,5 +1,5 @@
 //! The real binaries, started from the workspace's target directory (the Makefile
-//! builds them before the tests run).
+//! builds them before the tests run), as child processes that are killed on drop.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -25,15 +25,11 @@ pub fn binary(name: &str) -> PathBuf {
 
 /// Where child processes' logs go, so a failing test can be diagnosed.
 pub fn log_file(prefix: &str) -> (PathBuf, std::fs::File) {
-    let dir = binary_dir().join("test-logs");
+    let dir = binary("opgate").parent().unwrap().join("test-logs");
     std::fs::create_dir_all(&dir).expect("log dir");
     let path = dir.join(format!("{prefix}-{}.log", uuid::Uuid::new_v4().simple()));
     let file = std::fs::File::create(&path).expect("log file");
     (path, file)
-}
-
-fn binary_dir() -> PathBuf {
-    binary("opgate").parent().unwrap().to_path_buf()
 }
 
 pub struct CliOutput {
@@ -69,11 +65,81 @@ pub fn opgate(database_url: &str, args: &[&str]) -> CliOutput {
     }
 }
 
-/// A running `intake` on a free port; killed when dropped.
-pub struct Intake {
+/// A running service binary. Its first stdout line says it is ready; its stderr
+/// (logs) goes to a file under target/<profile>/test-logs/.
+pub struct Service {
     child: tokio::process::Child,
-    pub base_url: String,
+    pub ready_line: String,
     pub log_path: PathBuf,
+    name: &'static str,
+}
+
+impl Service {
+    pub async fn spawn(name: &'static str, args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let (log_path, log) = log_file(name);
+        let mut child = tokio::process::Command::new(binary(name))
+            .args(args)
+            .envs(envs.iter().copied())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let ready_line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("{name} did not start; see {}", log_path.display()))
+            .expect("read stdout")
+            .unwrap_or_else(|| panic!("{name} exited; see {}", log_path.display()));
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self {
+            child,
+            ready_line,
+            log_path,
+            name,
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("process still running")
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {}", self.name);
+    }
+
+    /// `kill -9`, and waits until the process is gone.
+    pub async fn kill9(mut self) {
+        self.signal("KILL");
+        let _ = self.child.wait().await;
+    }
+
+    /// Sends SIGTERM and waits (at most 60 s) for the exit status.
+    pub async fn terminate(mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{} did not stop within 60 s of SIGTERM", self.name))
+            .expect("wait")
+    }
+}
+
+/// `intake` on a free port.
+pub struct Intake {
+    pub service: Service,
+    pub base_url: String,
 }
 
 impl Intake {
@@ -82,54 +148,79 @@ impl Intake {
     }
 
     pub async fn start_with(database_url: &str, extra_args: &[&str]) -> Self {
-        let (log_path, log) = log_file("intake");
-        let mut child = tokio::process::Command::new(binary("intake"))
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra_args)
-            .env("DATABASE_URL", database_url)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start intake");
-        let stdout = child.stdout.take().expect("intake stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("intake did not start; see {}", log_path.display()))
-            .expect("read intake stdout")
-            .unwrap_or_else(|| panic!("intake exited; see {}", log_path.display()));
-        let base_url = line
+        let mut args = vec!["--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra_args);
+        let service = Service::spawn("intake", &args, &[("DATABASE_URL", database_url)]).await;
+        let base_url = service
+            .ready_line
             .strip_prefix("intake listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from intake: {line:?}"))
+            .unwrap_or_else(|| panic!("unexpected first line from intake: {:?}", service.ready_line))
             .to_owned();
-        Self {
-            child,
-            base_url,
-            log_path,
-        }
+        Self { service, base_url }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
     }
+}
 
-    pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+/// `provider-sim` on a free port.
+pub struct ProviderSim {
+    pub service: Service,
+    pub base_url: String,
+}
+
+impl ProviderSim {
+    pub async fn start(faults: &[&str]) -> Self {
+        let mut args = vec!["--listen", "127.0.0.1:0"];
+        for fault in faults {
+            args.extend_from_slice(&["--fault", fault]);
+        }
+        let service = Service::spawn("provider-sim", &args, &[]).await;
+        let base_url = service
+            .ready_line
+            .strip_prefix("provider-sim listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {:?}", service.ready_line))
+            .to_owned();
+        Self { service, base_url }
     }
 
-    /// Sends SIGTERM and waits for the exit status.
-    pub async fn terminate(mut self) -> std::process::ExitStatus {
-        if let Some(pid) = self.child.id() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-        }
-        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+    pub async fn ledger(&self) -> serde_json::Value {
+        reqwest::get(format!("{}/_sim/ledger", self.base_url))
             .await
-            .expect("intake did not stop within 30 s of SIGTERM")
-            .expect("wait for intake")
+            .expect("ledger")
+            .json()
+            .await
+            .expect("ledger json")
+    }
+
+    /// Replaces the whole fault set.
+    pub async fn set_faults(&self, faults: serde_json::Value) {
+        let response = reqwest::Client::new()
+            .post(format!("{}/_sim/faults", self.base_url))
+            .json(&faults)
+            .send()
+            .await
+            .expect("set faults");
+        assert!(response.status().is_success(), "faults refused: {faults}");
+    }
+}
+
+/// An `executor` against a database and a provider.
+pub struct Executor {
+    pub service: Service,
+}
+
+impl Executor {
+    pub async fn start(database_url: &str, provider_url: &str, extra_args: &[&str]) -> Self {
+        let mut args = vec!["--provider-url", provider_url, "--poll-interval", "200ms"];
+        args.extend_from_slice(extra_args);
+        let service = Service::spawn("executor", &args, &[("DATABASE_URL", database_url)]).await;
+        assert!(service.ready_line.starts_with("executor running as"), "{}", service.ready_line);
+        Self { service }
+    }
+
+    pub fn owner(&self) -> &str {
+        self.service.ready_line.trim_start_matches("executor running as ")
     }
 }

@@ -6,7 +6,11 @@ pub mod api;
 pub mod binaries;
 pub mod cluster;
 pub mod db;
+pub mod stack;
+pub mod wait;
 
-pub use binaries::{opgate, Intake};
+pub use binaries::{opgate, Executor, Intake, ProviderSim, Service};
 pub use cluster::PgCluster;
 pub use db::TestDb;
+pub use stack::Stack;
+pub use wait::eventually;

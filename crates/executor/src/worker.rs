@@ -89,7 +89,10 @@ impl<P: Provider> Worker<P> {
         let mut retry_in_claim = 0;
         loop {
             let started = std::time::Instant::now();
+            // Biased: an answer that has arrived is used (and then fenced) even if the
+            // lease was lost meanwhile, so the refusal shows in the audit trail.
             let outcome = tokio::select! {
+                biased;
                 outcome = self.provider.execute(instruction) => outcome,
                 _ = lost.changed() => return Decision::LeaseLost,
             };
@@ -198,6 +201,10 @@ impl<P: Provider> Worker<P> {
                 Decision::LeaseLost => {
                     self.stats.lease_lost();
                     tracing::warn!(operation_id = %op.operation_id, fencing_token = op.fencing_token, "lease lost during execution; writing nothing");
+                    // Only the audit trail learns of it; the operation is not touched.
+                    if let Err(error) = self.store.record_lease_lost(op.operation_id, op.fencing_token, &self.owner).await {
+                        tracing::warn!(operation_id = %op.operation_id, %error, "could not audit the lost lease");
+                    }
                     return;
                 }
                 Decision::Complete {

@@ -58,7 +58,7 @@ WITH due AS (
 ), events AS (
     UPDATE outbox o
     SET claimed_by = $1,
-        claimed_until = now() + $2 * interval '1 millisecond',
+        claimed_until = now() + $2::float8 * interval '1 millisecond',
         attempts = o.attempts + 1
     FROM due
     WHERE o.event_id = due.event_id
@@ -68,7 +68,7 @@ WITH due AS (
     SET status = 'IN_PROGRESS',
         fencing_token = op.fencing_token + 1,
         lease_owner = $1,
-        lease_expires_at = now() + $2 * interval '1 millisecond',
+        lease_expires_at = now() + $2::float8 * interval '1 millisecond',
         attempts = op.attempts + 1,
         updated_at = now()
     FROM events e
@@ -87,7 +87,7 @@ SELECT * FROM claimed";
 const HEARTBEAT: &str = "
 WITH op AS (
     UPDATE operations
-    SET lease_expires_at = now() + $3 * interval '1 millisecond'
+    SET lease_expires_at = now() + $3::float8 * interval '1 millisecond'
     WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'
     RETURNING operation_id, lease_expires_at
 )
@@ -127,7 +127,7 @@ WITH updated AS (
         last_error = $3,
         lease_owner = NULL,
         lease_expires_at = NULL,
-        next_attempt_at = now() + $4 * interval '1 millisecond',
+        next_attempt_at = now() + $4::float8 * interval '1 millisecond',
         updated_at = now()
     WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'
     RETURNING operation_id, agent_id, next_attempt_at
@@ -155,8 +155,8 @@ WITH op AS (
 UPDATE outbox SET claimed_until = now() - interval '1 millisecond'
 FROM op WHERE outbox.operation_id = op.operation_id";
 
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
 }
 
 impl Store {
@@ -294,6 +294,22 @@ impl Store {
         let client = self.client().await?;
         client
             .execute(RELEASE, &[&operation_id, &fencing_token])
+            .await?;
+        Ok(())
+    }
+
+    /// Records, without changing the operation, that this worker found its lease lost
+    /// and discarded what it was doing.
+    pub async fn record_lease_lost(
+        &self,
+        operation_id: Uuid,
+        fencing_token: i64,
+        actor: &str,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let why = format!("lease lost (fencing token {fencing_token} no longer current); result discarded, nothing written");
+        client
+            .execute(RECORD_STALE_WRITE, &[&operation_id, &fencing_token, &"IN_PROGRESS", &actor, &why])
             .await?;
         Ok(())
     }

@@ -3,6 +3,7 @@
 //! never SQL or driver types.
 
 mod agents;
+mod audit;
 mod error;
 mod execution;
 mod migrate;
@@ -12,6 +13,7 @@ mod pool;
 mod stats;
 
 pub use agents::{AgentRecord, NewAgent};
+pub use audit::OperationEvent;
 pub use error::StoreError;
 pub use execution::{ClaimedOperation, Completion, FencedWrite};
 pub use notifications::{spawn_listener, Wakeup, OUTBOX_CHANNEL, SETTLED_CHANNEL};

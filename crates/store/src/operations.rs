@@ -80,6 +80,12 @@ const FIND_BY_IDEMPOTENCY_KEY: &str = concat!(
     " FROM operations WHERE agent_id = $1 AND idempotency_key = $2"
 );
 
+const FIND_BY_ID: &str = concat!(
+    "SELECT ",
+    operation_columns!(),
+    " FROM operations WHERE operation_id = $1"
+);
+
 const FIND_FOR_AGENT: &str = concat!(
     "SELECT ",
     operation_columns!(),
@@ -130,6 +136,19 @@ impl Store {
         } else {
             Ok(Registration::KeyReused)
         }
+    }
+
+    /// Any agent's operation (operators' view).
+    pub async fn find_operation(
+        &self,
+        operation_id: Uuid,
+    ) -> Result<Option<OperationRecord>, StoreError> {
+        let client = self.client().await?;
+        client
+            .query_opt(FIND_BY_ID, &[&operation_id])
+            .await?
+            .map(|row| operation_from_row(&row))
+            .transpose()
     }
 
     /// The operation, only if it belongs to this agent.

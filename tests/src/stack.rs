@@ -1,0 +1,96 @@
+//! A whole opgate on one database: provider-sim, intake and an agent, with the
+//! executors left to each test (they are what the tests vary).
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use opgate_store::OperationRecord;
+use uuid::Uuid;
+
+use crate::api::{payment_body, post_payment};
+use crate::{eventually, Intake, ProviderSim, TestDb};
+
+pub struct Stack {
+    pub db: TestDb,
+    pub key: String,
+    pub sim: ProviderSim,
+    pub intake: Intake,
+    pub client: reqwest::Client,
+}
+
+impl Stack {
+    pub async fn start(faults: &[&str]) -> Self {
+        Self::start_on(TestDb::create().await, faults).await
+    }
+
+    pub async fn start_on(db: TestDb, faults: &[&str]) -> Self {
+        let key = db.create_agent("agent", &[]);
+        let sim = ProviderSim::start(faults).await;
+        let intake = Intake::start(&db.url).await;
+        Self {
+            db,
+            key,
+            sim,
+            intake,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// Registers one payment through intake; returns its operation id.
+    pub async fn pay(&self, customer: &str, idempotency_key: &str) -> Uuid {
+        let body = payment_body(customer, &format!("inv-{idempotency_key}"), "25.00");
+        let reply = post_payment(&self.client, &self.intake.base_url, Some(&self.key), Some(idempotency_key), &body).await;
+        assert_eq!(reply.status, 202, "{}", reply.body);
+        reply.operation_id().parse().unwrap()
+    }
+
+    /// Registers `count` payments, `parallel` requests at a time.
+    pub async fn pay_many(&self, count: usize, parallel: usize) -> Vec<Uuid> {
+        let mut ids = Vec::with_capacity(count);
+        let keys: Vec<String> = (0..count).map(|i| format!("bulk-{i}")).collect();
+        for chunk in keys.chunks(parallel) {
+            ids.extend(join_all(chunk.iter().map(|key| self.pay("cus_bulk", key))).await);
+        }
+        ids
+    }
+
+    pub async fn operation(&self, id: Uuid) -> OperationRecord {
+        self.db.store.find_operation(id).await.expect("read operation").expect("operation exists")
+    }
+
+    /// Waits until the operation reaches `status` (by name), and returns it.
+    pub async fn wait_for_status(&self, id: Uuid, status: &str, timeout: Duration) -> OperationRecord {
+        eventually(timeout, &format!("operation {id} to be {status}"), || async {
+            let op = self.operation(id).await;
+            (op.status.as_str() == status).then_some(op)
+        })
+        .await
+    }
+
+    /// Waits until every operation is SUCCEEDED.
+    pub async fn wait_all_succeeded(&self, expected: i64, timeout: Duration) {
+        eventually(timeout, &format!("{expected} operations to succeed"), || async {
+            let counts = self.db.store.count_by_status().await.ok()?;
+            (counts.get("SUCCEEDED").copied().unwrap_or(0) == expected).then_some(())
+        })
+        .await
+    }
+
+    /// Charges in provider-sim's ledger for this operation's provider key.
+    pub async fn charges_for(&self, id: Uuid) -> Vec<serde_json::Value> {
+        let key = format!("opgate-{id}");
+        let ledger = self.sim.ledger().await;
+        ledger["charges"]
+            .as_array()
+            .expect("charges")
+            .iter()
+            .filter(|c| c["idempotency_key"] == key.as_str())
+            .cloned()
+            .collect()
+    }
+
+    pub async fn requests_for(&self, id: Uuid) -> u64 {
+        let ledger = self.sim.ledger().await;
+        ledger["requests_by_key"][format!("opgate-{id}")].as_u64().unwrap_or(0)
+    }
+}
