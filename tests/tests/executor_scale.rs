@@ -29,11 +29,7 @@ async fn two_executors_drain_two_thousand_operations_exactly_once() {
     for id in &ids {
         let events = stack.db.store.operation_events(*id).await.unwrap();
         assert_eq!(events.iter().filter(|e| e.to_status == "IN_PROGRESS").count(), 1, "{events:?}");
-        for event in stack.db.store.operation_events(*id).await.unwrap() {
-            if event.to_status == "SUCCEEDED" {
-                owners.insert(event.actor);
-            }
-        }
+        owners.extend(events.into_iter().filter(|e| e.to_status == "SUCCEEDED").map(|e| e.actor));
     }
     assert!(owners.contains(a.owner()) && owners.contains(b.owner()), "{owners:?}");
 }
