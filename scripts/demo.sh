@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The agent scenario behind `make run`, against the PostgreSQL in DATABASE_URL:
-# migrate, create a demo agent, start intake, and show a payment, its replay after a
-# "lost response", and a mismatched reuse of the key.
+# The agent scenario behind `make run`, against the PostgreSQL in DATABASE_URL: the
+# mission on one laptop. provider-sim commits the first charge and drops its answer;
+# the agent's first call times out on its side; it retries with the same key; opgate
+# answers with the one operation, and the provider's ledger shows one charge.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/target/debug"
@@ -15,6 +16,16 @@ trap cleanup EXIT
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
+# start NAME ARGS...: runs a service, waits for its first stdout line, prints it.
+start() {
+  local name=$1; shift
+  "$@" >"$logs/$name.out" 2>"$logs/$name.log" &
+  pids+=($!)
+  for _ in $(seq 200); do [ -s "$logs/$name.out" ] && break; sleep 0.05; done
+  [ -s "$logs/$name.out" ] || { echo "$name did not start; see $logs/$name.log" >&2; exit 1; }
+  head -1 "$logs/$name.out"
+}
+
 say "Migrating the database"
 "$bin/opgate" migrate
 
@@ -23,29 +34,41 @@ agent="demo-agent-$(date +%s)"
 key=$("$bin/opgate" agents create "$agent" --max-amount USD:1000.00)
 echo "agent $agent, key ${key:0:21}…"
 
-say "Starting intake"
-"$bin/intake" --listen 127.0.0.1:0 >"$logs/intake.out" 2>"$logs/intake.log" &
-pids+=($!)
-for _ in $(seq 100); do grep -q listening "$logs/intake.out" 2>/dev/null && break; sleep 0.1; done
-base=$(sed -n 's/^intake listening on //p' "$logs/intake.out")
-echo "intake at $base (logs in target/demo/intake.log)"
+say "Starting provider-sim (slow, and it drops its first answer after charging), intake and an executor"
+sim=$(start provider-sim "$bin/provider-sim" --listen 127.0.0.1:0 --fault delay-ms=1500 --fault drop-after-commit=1.0/1)
+echo "$sim"; sim_url=${sim#provider-sim listening on }
+intake=$(start intake "$bin/intake" --listen 127.0.0.1:0)
+echo "$intake"; base=${intake#intake listening on }
+start executor "$bin/executor" --provider-url "$sim_url" --retry-base 100ms
+echo "(logs in target/demo/)"
 
-post() {
-  curl -sS -i -X POST "$base/agent/operations/payment" \
-    -H "Authorization: Bearer $key" -H "Idempotency-Key: $1" \
-    -H 'Content-Type: application/json' -d "$2"
-  echo
-}
 idem="invoice-42-payment"
+body='{"customer_id":"cus_123","invoice_id":"inv_42","amount":"250.00","currency":"USD"}'
+post() { # post MAX_SECONDS: the agent's call, waiting up to 10 s for the outcome
+  curl -sS -i --max-time "$1" -X POST "$base/agent/operations/payment" \
+    -H "Authorization: Bearer $key" -H "Idempotency-Key: $idem" -H 'Prefer: wait=10' \
+    -H 'Content-Type: application/json' -d "$body"
+}
 
-say "1. The agent asks for a payment"
-post "$idem" '{"customer_id":"cus_123","invoice_id":"inv_42","amount":"250.00","currency":"USD"}'
+say "1. The agent asks for a payment and gives up after 1 s (its response is lost)"
+post 1 || echo "(the agent saw a timeout)"
 
-say "2. The response was lost; the agent retries with the same key (and writes 250 as 250)"
-post "$idem" '{"amount":250,"invoice_id":"inv_42","customer_id":"cus_123"}'
+say "2. The agent retries with the same Idempotency-Key"
+post 15
+echo
 
-say "3. A buggy agent reuses the key for a different amount: refused, nothing written"
-post "$idem" '{"customer_id":"cus_123","invoice_id":"inv_42","amount":"260.00"}'
+op=$(psql "$DATABASE_URL" -X -qtA -c "SELECT operation_id FROM operations WHERE agent_id = '$agent'")
+say "The operation's path through its states (operation $op)"
+psql "$DATABASE_URL" -X -q -c "SELECT to_char(created_at, 'HH24:MI:SS.MS') AS at, coalesce(from_status, '-') AS from_status, to_status, actor, reason FROM operation_events WHERE operation_id = '$op' ORDER BY event_id"
 
-say "Rows for this agent: one operation, one outbox event, one audit event"
-psql "$DATABASE_URL" -X -q -c "SELECT operation_id, status, (SELECT count(*) FROM outbox o WHERE o.operation_id = op.operation_id) AS outbox_events, (SELECT count(*) FROM operation_events e WHERE e.operation_id = op.operation_id) AS audit_events FROM operations op WHERE agent_id = '$agent'"
+say "The provider's ledger: requests received and charges made for this operation"
+curl -sS "$sim_url/_sim/ledger" | KEY="opgate-$op" python3 -c '
+import json, os, sys
+ledger = json.load(sys.stdin)
+key = os.environ["KEY"]
+print("requests with key %s: %d" % (key, ledger["requests_by_key"].get(key, 0)))
+charges = [c for c in ledger["charges"] if c["idempotency_key"] == key]
+for c in charges:
+    print("charge %s: %s %s" % (c["payment_id"], c["amount"], c["currency"]))
+print("charges: %d   <- one payment, however many calls" % len(charges))
+'
