@@ -202,7 +202,11 @@ impl<P: Provider> Worker<P> {
                     self.stats.lease_lost();
                     tracing::warn!(operation_id = %op.operation_id, fencing_token = op.fencing_token, "lease lost during execution; writing nothing");
                     // Only the audit trail learns of it; the operation is not touched.
-                    if let Err(error) = self.store.record_lease_lost(op.operation_id, op.fencing_token, &self.owner).await {
+                    if let Err(error) = self
+                        .store
+                        .record_lease_lost(op.operation_id, op.fencing_token, &self.owner)
+                        .await
+                    {
                         tracing::warn!(operation_id = %op.operation_id, %error, "could not audit the lost lease");
                     }
                     return;
@@ -218,11 +222,13 @@ impl<P: Provider> Worker<P> {
                         provider_reference: reference.as_deref(),
                         last_error: error.as_deref(),
                         reason,
+                        next_check_in: None,
                     };
                     self.store
-                        .complete_with_fence(
+                        .transition_with_fence(
                             op.operation_id,
                             op.fencing_token,
+                            OperationStatus::InProgress,
                             &self.owner,
                             &completion,
                         )

@@ -29,7 +29,10 @@ FROM operation_events WHERE operation_id = $1 ORDER BY event_id";
 const COUNT_BY_STATUS: &str = "SELECT status, count(*) FROM operations GROUP BY status";
 
 impl Store {
-    pub async fn operation_events(&self, operation_id: Uuid) -> Result<Vec<OperationEvent>, StoreError> {
+    pub async fn operation_events(
+        &self,
+        operation_id: Uuid,
+    ) -> Result<Vec<OperationEvent>, StoreError> {
         let client = self.client().await?;
         let rows = client.query(EVENTS_OF_OPERATION, &[&operation_id]).await?;
         Ok(rows

@@ -1,5 +1,5 @@
 //! The executor's statements: claiming due outbox events under a fenced lease,
-//! heartbeats, and the fenced completion, requeue and release writes. Every write after
+//! heartbeats, and the fenced requeue and release writes (completion is in fenced.rs). Every write after
 //! the claim carries `fencing_token = $mine AND status = 'IN_PROGRESS'`; zero rows
 //! affected means the lease was lost and nothing was applied.
 
@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use opgate_domain::OperationStatus;
 use tokio_postgres::Row;
+
+use crate::fenced::FencedWrite;
 use uuid::Uuid;
 
 use crate::error::StoreError;
@@ -25,23 +27,6 @@ pub struct ClaimedOperation {
     /// The normalised business fields, as registered.
     pub payload: serde_json::Value,
     pub trace_context: Option<String>,
-}
-
-/// What a fenced write did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FencedWrite {
-    Applied,
-    /// The fencing token or state had moved on: nothing was written but the audit
-    /// row that records the refusal.
-    RejectedStale,
-}
-
-/// A final (for the executor) state: SUCCEEDED, FAILED or UNKNOWN.
-pub struct Completion<'a> {
-    pub status: OperationStatus,
-    pub provider_reference: Option<&'a str>,
-    pub last_error: Option<&'a str>,
-    pub reason: &'a str,
 }
 
 const CLAIM_DUE: &str = "
@@ -99,26 +84,6 @@ const COUNT_ATTEMPT: &str = "
 UPDATE operations SET attempts = attempts + 1, updated_at = now()
 WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'";
 
-const COMPLETE: &str = "
-WITH updated AS (
-    UPDATE operations
-    SET status = $3,
-        provider_reference = COALESCE($4, provider_reference),
-        last_error = $5,
-        lease_owner = NULL,
-        lease_expires_at = NULL,
-        next_attempt_at = CASE WHEN $3 = 'UNKNOWN' THEN now() ELSE NULL END,
-        updated_at = now()
-    WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'
-    RETURNING operation_id, agent_id
-), removed AS (
-    DELETE FROM outbox WHERE operation_id IN (SELECT operation_id FROM updated)
-), audit AS (
-    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
-    SELECT operation_id, agent_id, 'IN_PROGRESS', $3, $6, $7, $2 FROM updated
-)
-SELECT count(*) FROM updated";
-
 const REQUEUE: &str = "
 WITH updated AS (
     UPDATE operations
@@ -141,11 +106,6 @@ WITH updated AS (
 )
 SELECT count(*) FROM updated";
 
-const RECORD_STALE_WRITE: &str = "
-INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token, outcome)
-SELECT operation_id, agent_id, status, $3, $4, $5, $2, 'rejected_stale'
-FROM operations WHERE operation_id = $1";
-
 const RELEASE: &str = "
 WITH op AS (
     UPDATE operations SET lease_expires_at = now()
@@ -155,7 +115,7 @@ WITH op AS (
 UPDATE outbox SET claimed_until = now() - interval '1 millisecond'
 FROM op WHERE outbox.operation_id = op.operation_id";
 
-fn millis(duration: Duration) -> f64 {
+pub(crate) fn millis(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
 
@@ -204,48 +164,6 @@ impl Store {
             == 1)
     }
 
-    /// Writes the outcome, removes the outbox event and audits the transition in one
-    /// transaction, only if this worker's fencing token is still current.
-    pub async fn complete_with_fence(
-        &self,
-        operation_id: Uuid,
-        fencing_token: i64,
-        actor: &str,
-        completion: &Completion<'_>,
-    ) -> Result<FencedWrite, StoreError> {
-        debug_assert!(OperationStatus::can_transition(
-            OperationStatus::InProgress,
-            completion.status
-        ));
-        let client = self.client().await?;
-        let statement = client.prepare_cached(COMPLETE).await?;
-        let status = completion.status.as_str();
-        let row = client
-            .query_one(
-                &statement,
-                &[
-                    &operation_id,
-                    &fencing_token,
-                    &status,
-                    &completion.provider_reference,
-                    &completion.last_error,
-                    &actor,
-                    &completion.reason,
-                ],
-            )
-            .await?;
-        self.fenced_result(
-            &client,
-            row,
-            operation_id,
-            fencing_token,
-            status,
-            actor,
-            completion.reason,
-        )
-        .await
-    }
-
     /// Puts the operation back to PENDING (the request never reached the provider) and
     /// makes its outbox event due again after `delay`.
     pub async fn requeue_with_fence(
@@ -272,16 +190,12 @@ impl Store {
                 ],
             )
             .await?;
-        self.fenced_result(
-            &client,
-            row,
-            operation_id,
-            fencing_token,
-            "PENDING",
-            actor,
-            reason,
-        )
-        .await
+        let write = FencedWrite::from_count(row.get(0));
+        if write == FencedWrite::RejectedStale {
+            self.record_stale_write(operation_id, fencing_token, "PENDING", actor, reason)
+                .await?;
+        }
+        Ok(write)
     }
 
     /// Gives the lease up at once (on shutdown), so another worker can take over now
@@ -296,54 +210,6 @@ impl Store {
             .execute(RELEASE, &[&operation_id, &fencing_token])
             .await?;
         Ok(())
-    }
-
-    /// Records, without changing the operation, that this worker found its lease lost
-    /// and discarded what it was doing.
-    pub async fn record_lease_lost(
-        &self,
-        operation_id: Uuid,
-        fencing_token: i64,
-        actor: &str,
-    ) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        let why = format!("lease lost (fencing token {fencing_token} no longer current); result discarded, nothing written");
-        client
-            .execute(RECORD_STALE_WRITE, &[&operation_id, &fencing_token, &"IN_PROGRESS", &actor, &why])
-            .await?;
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn fenced_result(
-        &self,
-        client: &deadpool_postgres::Object,
-        row: Row,
-        operation_id: Uuid,
-        fencing_token: i64,
-        attempted_status: &str,
-        actor: &str,
-        reason: &str,
-    ) -> Result<FencedWrite, StoreError> {
-        if row.get::<_, i64>(0) == 1 {
-            return Ok(FencedWrite::Applied);
-        }
-        let why = format!(
-            "stale write rejected (fencing token {fencing_token} no longer current): {reason}"
-        );
-        client
-            .execute(
-                RECORD_STALE_WRITE,
-                &[
-                    &operation_id,
-                    &fencing_token,
-                    &attempted_status,
-                    &actor,
-                    &why,
-                ],
-            )
-            .await?;
-        Ok(FencedWrite::RejectedStale)
     }
 }
 
