@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Context};
 use clap::Subcommand;
-use opgate_domain::{AgentId, AgentKey, AgentPolicy, Currency, Money, OperationType};
+use opgate_domain::{AgentId, AgentPolicy, ApiKey, Currency, KeyKind, Money, OperationType};
 use opgate_store::{NewAgent, Store};
 use rust_decimal::Decimal;
 
@@ -65,7 +65,7 @@ async fn create(
             .collect::<anyhow::Result<_>>()?,
         max_amounts: parse_limits(max_amount)?,
     };
-    let key = AgentKey::generate();
+    let key = ApiKey::generate(KeyKind::Agent);
     store
         .create_agent(&NewAgent {
             agent_id: agent_id.as_str(),

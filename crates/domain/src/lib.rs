@@ -2,16 +2,17 @@
 //! written, the operation state machine, and the canonical request hash.
 //! Nothing here performs I/O; every other crate depends on this one.
 
-pub mod agent_key;
 pub mod agent_policy;
+pub mod api_key;
+pub mod backoff;
 pub mod identifiers;
 pub mod money;
 pub mod payment;
 pub mod request_hash;
 pub mod status;
 
-pub use agent_key::{AgentKey, AgentKeyError};
 pub use agent_policy::{AgentPolicy, PolicyDenial};
+pub use api_key::{ApiKey, ApiKeyError, KeyKind};
 pub use identifiers::{AgentId, BusinessId, IdempotencyKey, IdentifierError};
 pub use money::{Currency, Money, MoneyError};
 pub use payment::{PaymentRequest, PaymentRequestError};

@@ -4,7 +4,6 @@
 //! as a fallback. On shutdown it stops claiming, lets in-flight work finish within a
 //! grace period, and releases the leases of whatever is left.
 
-mod backoff;
 pub mod config;
 mod dispatcher;
 mod heartbeat;

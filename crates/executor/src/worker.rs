@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use opgate_domain::OperationStatus;
-use opgate_provider::{provider_key, PaymentInstruction, Provider, ProviderOutcome};
+use opgate_provider::{PaymentInstruction, Provider, ProviderOutcome};
 use opgate_store::{ClaimedOperation, Completion, FencedWrite, Store};
 use tokio::sync::watch;
 
-use crate::backoff::retry_delay;
 use crate::heartbeat::{spawn_heartbeat, LeaseLost};
 use crate::settled::SettledNotifier;
 use crate::stats::Stats;
+use opgate_domain::backoff::retry_delay;
 
 pub struct Worker<P> {
     pub store: Store,
@@ -44,7 +44,7 @@ enum Decision {
 
 impl<P: Provider> Worker<P> {
     pub async fn execute(&self, op: ClaimedOperation) {
-        let decision = match instruction_for(&op) {
+        let decision = match PaymentInstruction::from_payload(op.operation_id, &op.payload) {
             None => Decision::Complete {
                 status: OperationStatus::Failed,
                 reference: None,
@@ -309,16 +309,4 @@ fn outcome_name(outcome: &ProviderOutcome) -> &'static str {
         ProviderOutcome::NotSent { .. } => "not_sent",
         ProviderOutcome::Uncertain { .. } => "uncertain",
     }
-}
-
-fn instruction_for(op: &ClaimedOperation) -> Option<PaymentInstruction> {
-    let field = |name: &str| op.payload.get(name)?.as_str().map(str::to_owned);
-    Some(PaymentInstruction {
-        operation_id: op.operation_id,
-        provider_key: provider_key(op.operation_id),
-        customer_id: field("customer_id")?,
-        invoice_id: field("invoice_id")?,
-        amount: field("amount")?,
-        currency: field("currency")?,
-    })
 }

@@ -1,10 +1,11 @@
-//! Bearer-key authentication against the `agents` table: the key id finds the agent,
-//! the key's SHA-256 is compared with the stored hash in constant time. Missing,
-//! unknown and revoked keys all get the same 401.
+//! Bearer-key authentication. The key id finds the agent (or operator) row; the key's
+//! SHA-256 is compared with the stored hash in constant time. Missing, unknown and
+//! revoked keys all get the same 401. A valid key of the wrong kind gets 403: agent
+//! keys cannot reach `/admin`, operator keys cannot act as agents.
 
 use actix_web::http::header;
 use actix_web::HttpRequest;
-use opgate_domain::{AgentKey, AgentPolicy};
+use opgate_domain::{AgentPolicy, ApiKey, KeyKind};
 use opgate_store::Store;
 
 use crate::problem::Problem;
@@ -14,23 +15,78 @@ pub struct AuthenticatedAgent {
     pub policy: AgentPolicy,
 }
 
+pub struct AuthenticatedOperator {
+    pub operator_id: String,
+}
+
 pub async fn authenticate(
     request: &HttpRequest,
     store: &Store,
 ) -> Result<AuthenticatedAgent, Problem> {
-    let presented = bearer_token(request).ok_or_else(Problem::unauthenticated)?;
-    let key = AgentKey::parse(presented).map_err(|_| Problem::unauthenticated())?;
-    let agent = store
-        .find_active_agent_by_key_id(key.key_id())
-        .await?
-        .ok_or_else(Problem::unauthenticated)?;
-    if !key.matches_hash(&agent.api_key_hash) {
-        return Err(Problem::unauthenticated());
+    let key = presented_key(request)?;
+    match key.kind() {
+        KeyKind::Agent => verified_agent(store, &key)
+            .await?
+            .ok_or_else(Problem::unauthenticated),
+        KeyKind::Operator => match verified_operator(store, &key).await? {
+            Some(_) => Err(Problem::forbidden(
+                "Operator keys cannot request or read agents' operations.",
+            )),
+            None => Err(Problem::unauthenticated()),
+        },
     }
-    Ok(AuthenticatedAgent {
-        agent_id: agent.agent_id,
-        policy: agent.policy,
-    })
+}
+
+pub async fn authenticate_operator(
+    request: &HttpRequest,
+    store: &Store,
+) -> Result<AuthenticatedOperator, Problem> {
+    let key = presented_key(request)?;
+    match key.kind() {
+        KeyKind::Operator => verified_operator(store, &key)
+            .await?
+            .ok_or_else(Problem::unauthenticated),
+        KeyKind::Agent => match verified_agent(store, &key).await? {
+            Some(_) => Err(Problem::forbidden(
+                "Agent keys cannot use the admin API; it needs an operator key.",
+            )),
+            None => Err(Problem::unauthenticated()),
+        },
+    }
+}
+
+fn presented_key(request: &HttpRequest) -> Result<ApiKey, Problem> {
+    let presented = bearer_token(request).ok_or_else(Problem::unauthenticated)?;
+    ApiKey::parse(presented).map_err(|_| Problem::unauthenticated())
+}
+
+async fn verified_agent(
+    store: &Store,
+    key: &ApiKey,
+) -> Result<Option<AuthenticatedAgent>, Problem> {
+    let Some(agent) = store.find_active_agent_by_key_id(key.key_id()).await? else {
+        return Ok(None);
+    };
+    Ok(key
+        .matches_hash(&agent.api_key_hash)
+        .then_some(AuthenticatedAgent {
+            agent_id: agent.agent_id,
+            policy: agent.policy,
+        }))
+}
+
+async fn verified_operator(
+    store: &Store,
+    key: &ApiKey,
+) -> Result<Option<AuthenticatedOperator>, Problem> {
+    let Some(operator) = store.find_active_operator_by_key_id(key.key_id()).await? else {
+        return Ok(None);
+    };
+    Ok(key
+        .matches_hash(&operator.api_key_hash)
+        .then_some(AuthenticatedOperator {
+            operator_id: operator.operator_id,
+        }))
 }
 
 fn bearer_token(request: &HttpRequest) -> Option<&str> {

@@ -24,6 +24,22 @@ pub struct PaymentInstruction {
     pub currency: String,
 }
 
+impl PaymentInstruction {
+    /// Builds the instruction from an operation's stored payload (the normalised
+    /// business fields written at registration); `None` if a field is missing.
+    pub fn from_payload(operation_id: Uuid, payload: &serde_json::Value) -> Option<Self> {
+        let field = |name: &str| payload.get(name)?.as_str().map(str::to_owned);
+        Some(Self {
+            operation_id,
+            provider_key: provider_key(operation_id),
+            customer_id: field("customer_id")?,
+            invoice_id: field("invoice_id")?,
+            amount: field("amount")?,
+            currency: field("currency")?,
+        })
+    }
+}
+
 /// The provider-facing key of an operation. Derived from the operation id alone, so it
 /// is unique across agents (whose own keys are only unique per agent) and stable
 /// across retries, workers and restarts.

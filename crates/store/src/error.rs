@@ -8,6 +8,8 @@ pub enum StoreError {
     Unavailable(String),
     #[error("agent {0} already exists")]
     AgentExists(String),
+    #[error("operator {0} already exists")]
+    OperatorExists(String),
     #[error("database error: {0}")]
     Query(#[source] tokio_postgres::Error),
     #[error("stored data is invalid: {0}")]

@@ -167,7 +167,7 @@ impl Store {
     }
 }
 
-fn operation_from_row(row: &Row) -> Result<OperationRecord, StoreError> {
+pub(crate) fn operation_from_row(row: &Row) -> Result<OperationRecord, StoreError> {
     let status: String = row.get("status");
     let status = status
         .parse()

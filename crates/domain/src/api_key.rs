@@ -1,59 +1,85 @@
-//! Agent API keys. A key is `opg_<key id>_<secret>`: the key id (public, 16 hex
-//! characters) finds the agent row, then the SHA-256 of the whole key is compared in
-//! constant time with the stored hash. The key itself is never stored.
+//! API keys of agents (`opg_…`) and operators (`opo_…`). A key is
+//! `<prefix><key id>_<secret>`: the key id (public, 16 hex characters) finds the row,
+//! then the SHA-256 of the whole key is compared in constant time with the stored
+//! hash. The key itself is never stored. The prefix says which kind of principal it
+//! belongs to, so an agent key can never pass for an operator's.
 
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-const PREFIX: &str = "opg_";
+/// Who a key belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Agent,
+    Operator,
+}
+
+impl KeyKind {
+    fn prefix(self) -> &'static str {
+        match self {
+            Self::Agent => "opg_",
+            Self::Operator => "opo_",
+        }
+    }
+}
 const KEY_ID_HEX: usize = 16;
 const SECRET_HEX: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not an opgate API key")]
-pub struct AgentKeyError;
+pub struct ApiKeyError;
 
 /// A presented or freshly generated key. `Debug` never prints the secret.
 #[derive(Clone, PartialEq, Eq)]
-pub struct AgentKey {
+pub struct ApiKey {
+    kind: KeyKind,
     key_id: String,
     full: String,
 }
 
-impl std::fmt::Debug for AgentKey {
+impl std::fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentKey")
+        f.debug_struct("ApiKey")
+            .field("kind", &self.kind)
             .field("key_id", &self.key_id)
             .finish_non_exhaustive()
     }
 }
 
-impl AgentKey {
-    pub fn generate() -> Self {
+impl ApiKey {
+    pub fn generate(kind: KeyKind) -> Self {
         let mut bytes = [0u8; (KEY_ID_HEX + SECRET_HEX) / 2];
         rand::rngs::OsRng.fill_bytes(&mut bytes);
         let (id, secret) = bytes.split_at(KEY_ID_HEX / 2);
         let key_id = hex::encode(id);
-        let full = format!("{PREFIX}{key_id}_{}", hex::encode(secret));
-        Self { key_id, full }
+        let full = format!("{}{key_id}_{}", kind.prefix(), hex::encode(secret));
+        Self { kind, key_id, full }
     }
 
-    pub fn parse(raw: &str) -> Result<Self, AgentKeyError> {
-        let rest = raw.strip_prefix(PREFIX).ok_or(AgentKeyError)?;
-        let (key_id, secret) = rest.split_once('_').ok_or(AgentKeyError)?;
+    pub fn parse(raw: &str) -> Result<Self, ApiKeyError> {
+        let (kind, rest) = [KeyKind::Agent, KeyKind::Operator]
+            .into_iter()
+            .find_map(|kind| Some((kind, raw.strip_prefix(kind.prefix())?)))
+            .ok_or(ApiKeyError)?;
+        let (key_id, secret) = rest.split_once('_').ok_or(ApiKeyError)?;
         let is_hex = |s: &str, len: usize| {
             s.len() == len
                 && s.bytes()
                     .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
         };
         if !is_hex(key_id, KEY_ID_HEX) || !is_hex(secret, SECRET_HEX) {
-            return Err(AgentKeyError);
+            return Err(ApiKeyError);
         }
         Ok(Self {
+            kind,
             key_id: key_id.to_owned(),
             full: raw.to_owned(),
         })
+    }
+
+    pub fn kind(&self) -> KeyKind {
+        self.kind
     }
 
     pub fn key_id(&self) -> &str {
@@ -83,8 +109,9 @@ mod tests {
 
     #[test]
     fn generated_keys_parse_back_and_match_their_hash() {
-        let key = AgentKey::generate();
-        let parsed = AgentKey::parse(key.expose()).unwrap();
+        let key = ApiKey::generate(KeyKind::Agent);
+        let parsed = ApiKey::parse(key.expose()).unwrap();
+        assert_eq!(parsed.kind(), KeyKind::Agent);
         assert_eq!(parsed.key_id(), key.key_id());
         assert!(parsed.matches_hash(&key.hash()));
         assert_eq!(key.hash().len(), 64);
@@ -92,14 +119,17 @@ mod tests {
 
     #[test]
     fn keys_are_distinct_and_hashes_do_not_cross_match() {
-        let (a, b) = (AgentKey::generate(), AgentKey::generate());
+        let (a, b) = (
+            ApiKey::generate(KeyKind::Agent),
+            ApiKey::generate(KeyKind::Agent),
+        );
         assert_ne!(a.key_id(), b.key_id());
         assert!(!a.matches_hash(&b.hash()));
     }
 
     #[test]
     fn malformed_keys_are_rejected() {
-        let good = AgentKey::generate();
+        let good = ApiKey::generate(KeyKind::Agent);
         let text = good.expose();
         for bad in [
             "",
@@ -109,13 +139,30 @@ mod tests {
             &text.to_uppercase(),
             &text.replace('_', "-"),
         ] {
-            assert!(AgentKey::parse(bad).is_err(), "{bad:?}");
+            assert!(ApiKey::parse(bad).is_err(), "{bad:?}");
         }
     }
 
     #[test]
+    fn operator_keys_are_told_apart_from_agent_keys() {
+        let operator = ApiKey::generate(KeyKind::Operator);
+        assert!(operator.expose().starts_with("opo_"));
+        assert_eq!(
+            ApiKey::parse(operator.expose()).unwrap().kind(),
+            KeyKind::Operator
+        );
+        let forged = operator.expose().replacen("opo_", "opg_", 1);
+        let as_agent = ApiKey::parse(&forged).unwrap();
+        assert_eq!(as_agent.kind(), KeyKind::Agent);
+        assert!(
+            !as_agent.matches_hash(&operator.hash()),
+            "the prefix is part of the hash"
+        );
+    }
+
+    #[test]
     fn debug_output_hides_the_secret() {
-        let key = AgentKey::generate();
+        let key = ApiKey::generate(KeyKind::Operator);
         let printed = format!("{key:?}");
         assert!(!printed.contains(key.expose()));
         assert!(printed.contains(key.key_id()));

@@ -1,0 +1,262 @@
+//! What a provider lookup means for an UNKNOWN operation: one pure function, so that
+//! every rule is tested case by case.
+//!
+//! | lookup says                       | verdict                                          |
+//! |-----------------------------------|--------------------------------------------------|
+//! | succeeded                         | SUCCEEDED with the provider's reference          |
+//! | failed (declined)                 | FAILED with the provider's code                  |
+//! | pending                           | UNKNOWN, next check after backoff                |
+//! | not found, within the grace period| UNKNOWN, next check after backoff                |
+//! | not found, past the grace period  | MANUAL_REVIEW (or FAILED if lookups are authoritative) |
+//! | lookup failed or timed out        | UNKNOWN, next check after backoff                |
+//! | still UNKNOWN after the check or age limit | MANUAL_REVIEW with the reason           |
+
+use std::time::Duration;
+
+use opgate_domain::backoff::retry_delay;
+use opgate_domain::OperationStatus;
+use opgate_provider::{LookupOutcome, ProviderOutcome};
+
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Checks without a conclusion before MANUAL_REVIEW.
+    pub max_checks: u32,
+    /// Age of an operation past which an inconclusive check escalates.
+    pub max_age: Duration,
+    /// How long "not found" may just mean "not visible yet".
+    pub not_found_grace: Duration,
+    /// The provider's lookup is complete: "not found" past the grace means it never
+    /// happened, so FAILED rather than MANUAL_REVIEW.
+    pub not_found_authoritative: bool,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub status: OperationStatus,
+    pub provider_reference: Option<String>,
+    pub last_error: Option<String>,
+    pub reason: String,
+    pub next_check_in: Option<Duration>,
+}
+
+/// `checks` counts this lookup; `age` is the operation's age.
+pub fn decide(lookup: &LookupOutcome, checks: u32, age: Duration, policy: &Policy) -> Verdict {
+    let inconclusive = |why: String, reference: Option<String>| {
+        if checks >= policy.max_checks || age >= policy.max_age {
+            return Verdict {
+                status: OperationStatus::ManualReview,
+                provider_reference: reference,
+                last_error: Some(why.clone()),
+                reason: format!("no conclusion after {checks} checks ({why}); needs an operator"),
+                next_check_in: None,
+            };
+        }
+        Verdict {
+            status: OperationStatus::Unknown,
+            provider_reference: reference,
+            last_error: Some(why.clone()),
+            reason: why,
+            next_check_in: Some(retry_delay(
+                checks.saturating_sub(1),
+                policy.backoff_base,
+                policy.backoff_max,
+            )),
+        }
+    };
+    match lookup {
+        LookupOutcome::Found(ProviderOutcome::Succeeded { reference }) => Verdict {
+            status: OperationStatus::Succeeded,
+            provider_reference: Some(reference.clone()),
+            last_error: None,
+            reason: "provider lookup: payment succeeded".into(),
+            next_check_in: None,
+        },
+        LookupOutcome::Found(ProviderOutcome::Declined { reference, code }) => Verdict {
+            status: OperationStatus::Failed,
+            provider_reference: reference.clone(),
+            last_error: Some(format!("declined by the provider: {code}")),
+            reason: "provider lookup: payment failed".into(),
+            next_check_in: None,
+        },
+        LookupOutcome::Found(ProviderOutcome::Pending { reference }) => inconclusive(
+            "provider reports the payment as pending".into(),
+            reference.clone(),
+        ),
+        LookupOutcome::Found(other) => {
+            inconclusive(format!("provider lookup gave no outcome: {other:?}"), None)
+        }
+        LookupOutcome::NotFound if age >= policy.not_found_grace => {
+            let why = format!(
+                "provider has no record of the payment {} after it was requested",
+                humantime::format_duration(Duration::from_secs(age.as_secs()))
+            );
+            if policy.not_found_authoritative {
+                Verdict {
+                    status: OperationStatus::Failed,
+                    provider_reference: None,
+                    last_error: Some(why),
+                    reason: "provider lookup (authoritative): no such payment".into(),
+                    next_check_in: None,
+                }
+            } else {
+                Verdict {
+                    status: OperationStatus::ManualReview,
+                    provider_reference: None,
+                    last_error: Some(why.clone()),
+                    reason: format!("{why}; needs an operator"),
+                    next_check_in: None,
+                }
+            }
+        }
+        LookupOutcome::NotFound => {
+            inconclusive("provider has no record of the payment yet".into(), None)
+        }
+        LookupOutcome::Unavailable { cause } => {
+            inconclusive(format!("provider lookup failed: {cause}"), None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use OperationStatus::*;
+
+    fn policy() -> Policy {
+        Policy {
+            max_checks: 5,
+            max_age: Duration::from_secs(3600),
+            not_found_grace: Duration::from_secs(60),
+            not_found_authoritative: false,
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+        }
+    }
+
+    const YOUNG: Duration = Duration::from_secs(5);
+    const OLD: Duration = Duration::from_secs(120);
+
+    fn found(outcome: ProviderOutcome) -> LookupOutcome {
+        LookupOutcome::Found(outcome)
+    }
+
+    #[test]
+    fn a_success_at_the_provider_succeeds_with_its_reference() {
+        let v = decide(
+            &found(ProviderOutcome::Succeeded {
+                reference: "pay_1".into(),
+            }),
+            1,
+            YOUNG,
+            &policy(),
+        );
+        assert_eq!(
+            (v.status, v.provider_reference.as_deref()),
+            (Succeeded, Some("pay_1"))
+        );
+        assert_eq!(v.next_check_in, None);
+    }
+
+    #[test]
+    fn a_decline_at_the_provider_fails_with_its_code() {
+        let v = decide(
+            &found(ProviderOutcome::Declined {
+                reference: Some("pay_2".into()),
+                code: "card_declined".into(),
+            }),
+            1,
+            YOUNG,
+            &policy(),
+        );
+        assert_eq!(v.status, Failed);
+        assert!(v.last_error.unwrap().contains("card_declined"));
+    }
+
+    #[test]
+    fn pending_stays_unknown_with_growing_backoff() {
+        let pending = found(ProviderOutcome::Pending {
+            reference: Some("pay_3".into()),
+        });
+        let first = decide(&pending, 1, YOUNG, &policy());
+        assert_eq!(first.status, Unknown);
+        assert_eq!(first.provider_reference.as_deref(), Some("pay_3"));
+        let first_delay = first.next_check_in.unwrap();
+        assert!(first_delay <= Duration::from_secs(1));
+        let fourth = decide(&pending, 4, YOUNG, &policy()).next_check_in.unwrap();
+        assert!(
+            fourth >= Duration::from_secs(4) && fourth <= Duration::from_secs(8),
+            "{fourth:?}"
+        );
+    }
+
+    #[test]
+    fn lookup_errors_stay_unknown_then_escalate_at_the_limit() {
+        let down = LookupOutcome::Unavailable {
+            cause: "timeout".into(),
+        };
+        assert_eq!(decide(&down, 4, YOUNG, &policy()).status, Unknown);
+        let last = decide(&down, 5, YOUNG, &policy());
+        assert_eq!(last.status, ManualReview);
+        assert!(last.reason.contains("5 checks"), "{}", last.reason);
+    }
+
+    #[test]
+    fn old_operations_escalate_whatever_the_count() {
+        let mut p = policy();
+        p.max_age = Duration::from_secs(100);
+        let pending = found(ProviderOutcome::Pending { reference: None });
+        assert_eq!(decide(&pending, 1, OLD, &p).status, ManualReview);
+    }
+
+    #[test]
+    fn not_found_waits_out_the_grace_then_needs_an_operator() {
+        assert_eq!(
+            decide(&LookupOutcome::NotFound, 1, YOUNG, &policy()).status,
+            Unknown
+        );
+        let v = decide(&LookupOutcome::NotFound, 2, OLD, &policy());
+        assert_eq!(v.status, ManualReview);
+        assert!(v.last_error.unwrap().contains("no record"));
+    }
+
+    #[test]
+    fn an_authoritative_not_found_past_the_grace_is_a_failure() {
+        let mut p = policy();
+        p.not_found_authoritative = true;
+        assert_eq!(
+            decide(&LookupOutcome::NotFound, 1, YOUNG, &p).status,
+            Unknown
+        );
+        assert_eq!(decide(&LookupOutcome::NotFound, 2, OLD, &p).status, Failed);
+    }
+
+    #[test]
+    fn every_verdict_is_an_allowed_transition_from_reconciling() {
+        let lookups = [
+            found(ProviderOutcome::Succeeded {
+                reference: "r".into(),
+            }),
+            found(ProviderOutcome::Declined {
+                reference: None,
+                code: "c".into(),
+            }),
+            found(ProviderOutcome::Pending { reference: None }),
+            found(ProviderOutcome::Uncertain { cause: "?".into() }),
+            LookupOutcome::NotFound,
+            LookupOutcome::Unavailable {
+                cause: "down".into(),
+            },
+        ];
+        for lookup in &lookups {
+            for (checks, age) in [(1, YOUNG), (9, YOUNG), (1, OLD)] {
+                let v = decide(lookup, checks, age, &policy());
+                assert!(
+                    OperationStatus::can_transition(Reconciling, v.status),
+                    "{lookup:?} -> {v:?}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! The sweep: claim due UNKNOWN operations (and rescue abandoned RECONCILING ones),
+//! look each up at the provider outside any transaction, and write the verdict
+//! conditionally on the fencing token taken by the claim.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use futures_util::StreamExt;
+use opgate_domain::OperationStatus;
+use opgate_provider::{PaymentInstruction, Provider};
+use opgate_store::{ClaimedReconciliation, Completion, FencedWrite, Store};
+
+use crate::config::Config;
+use crate::decision::{decide, Policy, Verdict};
+
+pub struct Sweeper<P> {
+    pub store: Store,
+    pub provider: Arc<P>,
+    pub owner: String,
+    pub policy: Policy,
+    pub lease: Duration,
+    pub batch_size: usize,
+    pub concurrency: usize,
+}
+
+impl<P: Provider> Sweeper<P> {
+    /// One sweep; returns how many operations it claimed.
+    pub async fn run_once(&self) -> Result<usize, opgate_store::StoreError> {
+        let claimed = self
+            .store
+            .claim_due_reconciliations(&self.owner, self.lease, self.batch_size as i64)
+            .await?;
+        let count = claimed.len();
+        futures_util::stream::iter(claimed)
+            .for_each_concurrent(self.concurrency, |op| self.reconcile(op))
+            .await;
+        Ok(count)
+    }
+
+    async fn reconcile(&self, op: ClaimedReconciliation) {
+        let age = (Utc::now() - op.created_at).to_std().unwrap_or_default();
+        let verdict = match PaymentInstruction::from_payload(op.operation_id, &op.payload) {
+            Some(instruction) => {
+                let lookup = self.provider.lookup(&instruction).await;
+                decide(&lookup, op.checks.max(1) as u32, age, &self.policy)
+            }
+            None => Verdict {
+                status: OperationStatus::ManualReview,
+                provider_reference: op.provider_reference.clone(),
+                last_error: Some("stored request could not be read".into()),
+                reason: "cannot look up an unreadable request; needs an operator".into(),
+                next_check_in: None,
+            },
+        };
+        let completion = Completion {
+            status: verdict.status,
+            provider_reference: verdict.provider_reference.as_deref(),
+            last_error: verdict.last_error.as_deref(),
+            reason: &verdict.reason,
+            next_check_in: verdict.next_check_in,
+        };
+        let written = self
+            .store
+            .transition_with_fence(
+                op.operation_id,
+                op.fencing_token,
+                OperationStatus::Reconciling,
+                &self.owner,
+                &completion,
+            )
+            .await;
+        match written {
+            Ok(FencedWrite::Applied) => tracing::info!(
+                operation_id = %op.operation_id, agent_id = %op.agent_id, check = op.checks,
+                status = %verdict.status,
+                next_check_ms = verdict.next_check_in.map(|d| d.as_millis() as u64),
+                "reconciled"
+            ),
+            Ok(FencedWrite::RejectedStale) => tracing::warn!(
+                operation_id = %op.operation_id, fencing_token = op.fencing_token,
+                "stale write rejected by the fencing token"
+            ),
+            // The lease expires and another sweep rescues the operation.
+            Err(error) => {
+                tracing::warn!(operation_id = %op.operation_id, %error, "could not record the verdict")
+            }
+        }
+    }
+}
+
+/// Sweeps until `shutdown` resolves; a sweep in progress is finished first (each
+/// lookup is bounded by the provider timeouts, inside the lease).
+pub async fn run<P: Provider>(
+    config: Config,
+    store: Store,
+    provider: Arc<P>,
+    owner: String,
+    shutdown: impl Future<Output = ()>,
+) {
+    let sweeper = Sweeper {
+        store,
+        provider,
+        owner,
+        policy: config.policy(),
+        lease: config.lease,
+        batch_size: config.batch_size,
+        concurrency: config.concurrency,
+    };
+    tokio::pin!(shutdown);
+    let mut failures = 0u32;
+    loop {
+        let pause = match sweeper.run_once().await {
+            Ok(claimed) if claimed >= config.batch_size => Duration::ZERO,
+            Ok(_) => {
+                failures = 0;
+                config.interval
+            }
+            Err(error) => {
+                failures += 1;
+                tracing::warn!(%error, "sweep failed");
+                (config.interval * failures).min(Duration::from_secs(30))
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = &mut shutdown => break,
+        }
+    }
+}

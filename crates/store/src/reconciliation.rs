@@ -1,0 +1,101 @@
+//! The reconciler's claim: due UNKNOWN operations, and RECONCILING ones whose
+//! reconciler died (lease expired), move to RECONCILING under a new fencing token, in
+//! one statement with their audit rows. Its outcome is written by
+//! `transition_with_fence` from RECONCILING.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use opgate_domain::OperationStatus;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::error::StoreError;
+use crate::execution::millis;
+use crate::pool::Store;
+
+#[derive(Debug, Clone)]
+pub struct ClaimedReconciliation {
+    pub operation_id: Uuid,
+    pub agent_id: String,
+    pub fencing_token: i64,
+    /// RECONCILING means a previous reconciler's lease expired: a rescue.
+    pub previous_status: OperationStatus,
+    /// Lookups made so far, this one included.
+    pub checks: i32,
+    pub provider_reference: Option<String>,
+    pub payload: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+const CLAIM_DUE_RECONCILIATIONS: &str = "
+WITH due_unknown AS (
+    SELECT operation_id, status AS previous_status FROM operations
+    WHERE status = 'UNKNOWN' AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+    ORDER BY next_attempt_at NULLS FIRST
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), due_abandoned AS (
+    SELECT operation_id, status AS previous_status FROM operations
+    WHERE status = 'RECONCILING' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT * FROM due_unknown UNION ALL SELECT * FROM due_abandoned
+), claimed AS (
+    UPDATE operations op
+    SET status = 'RECONCILING',
+        fencing_token = op.fencing_token + 1,
+        lease_owner = $1,
+        lease_expires_at = now() + $2::float8 * interval '1 millisecond',
+        reconcile_checks = op.reconcile_checks + 1,
+        updated_at = now()
+    FROM due
+    WHERE op.operation_id = due.operation_id
+    RETURNING op.operation_id, op.agent_id, op.fencing_token, due.previous_status,
+              op.reconcile_checks, op.provider_reference, op.request_payload, op.created_at
+), audit AS (
+    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
+    SELECT operation_id, agent_id, previous_status, 'RECONCILING', $1,
+           CASE WHEN previous_status = 'RECONCILING'
+                THEN 'lease expired; rescued (check ' || reconcile_checks || ')'
+                ELSE 'provider lookup (check ' || reconcile_checks || ')' END,
+           fencing_token
+    FROM claimed
+)
+SELECT * FROM claimed";
+
+impl Store {
+    /// Claims up to `batch` due UNKNOWN operations plus up to `batch` abandoned
+    /// RECONCILING ones, each under a lease with a new fencing token.
+    pub async fn claim_due_reconciliations(
+        &self,
+        owner: &str,
+        lease: Duration,
+        batch: i64,
+    ) -> Result<Vec<ClaimedReconciliation>, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(CLAIM_DUE_RECONCILIATIONS).await?;
+        let rows = client
+            .query(&statement, &[&owner, &millis(lease), &batch])
+            .await?;
+        rows.iter().map(claimed_from_row).collect()
+    }
+}
+
+fn claimed_from_row(row: &Row) -> Result<ClaimedReconciliation, StoreError> {
+    let previous: String = row.get("previous_status");
+    Ok(ClaimedReconciliation {
+        operation_id: row.get("operation_id"),
+        agent_id: row.get("agent_id"),
+        fencing_token: row.get("fencing_token"),
+        previous_status: previous
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+        checks: row.get("reconcile_checks"),
+        provider_reference: row.get("provider_reference"),
+        payload: row.get("request_payload"),
+        created_at: row.get("created_at"),
+    })
+}
