@@ -1,7 +1,7 @@
 //! Command line and environment: the listen address and the `--fault NAME=SPEC`
 //! flags, parsed into a `FaultSet`.
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use crate::faults::{Fault, FaultSet, ProbFault};
 
@@ -43,6 +43,18 @@ impl FaultArg {
 }
 
 impl Config {
+    /// Parses the command line and environment; on any error (including a fault
+    /// given twice) prints it the clap way and exits with status 2.
+    pub fn from_args() -> (Config, FaultSet) {
+        let config = Config::parse();
+        match config.fault_set() {
+            Ok(faults) => (config, faults),
+            Err(message) => Config::command()
+                .error(clap::error::ErrorKind::ValueValidation, message)
+                .exit(),
+        }
+    }
+
     /// The fault set the flags describe; each fault may be given once.
     pub fn fault_set(&self) -> Result<FaultSet, String> {
         let mut set = FaultSet::default();

@@ -131,8 +131,10 @@ mod tests {
 
     #[test]
     fn certain_fault_with_budget_spends_itself() {
-        let mut faults = FaultSet::default();
-        faults.drop_after_commit = Some(ProbFault::new(1.0, Some(2)).unwrap());
+        let mut faults = FaultSet {
+            drop_after_commit: Some(ProbFault::new(1.0, Some(2)).unwrap()),
+            ..FaultSet::default()
+        };
         let mut rng = rand::thread_rng();
         assert!(faults.fire(Fault::DropAfterCommit, &mut rng));
         assert!(faults.fire(Fault::DropAfterCommit, &mut rng));

@@ -3,22 +3,17 @@
 //! SIGINT. Logs go to stderr.
 
 use anyhow::Context;
-use clap::Parser;
 use opgate_provider_sim::config::Config;
 use opgate_provider_sim::{run, shutdown_signal, SimState};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
+    let (config, faults) = Config::from_args();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
-    let faults = config
-        .fault_set()
-        .map_err(anyhow::Error::msg)
-        .context("invalid --fault")?;
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;

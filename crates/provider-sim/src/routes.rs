@@ -102,7 +102,7 @@ pub async fn handle(
         %method,
         %path,
         %status,
-        payment_id = handled.payment_id.as_deref().unwrap_or("-"),
+        payment_id = %handled.payment_id.as_deref().unwrap_or("-"),
         %faults,
         "request"
     );
