@@ -154,7 +154,12 @@ impl Intake {
         let base_url = service
             .ready_line
             .strip_prefix("intake listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from intake: {:?}", service.ready_line))
+            .unwrap_or_else(|| {
+                panic!(
+                    "unexpected first line from intake: {:?}",
+                    service.ready_line
+                )
+            })
             .to_owned();
         Self { service, base_url }
     }
@@ -216,11 +221,62 @@ impl Executor {
         let mut args = vec!["--provider-url", provider_url, "--poll-interval", "200ms"];
         args.extend_from_slice(extra_args);
         let service = Service::spawn("executor", &args, &[("DATABASE_URL", database_url)]).await;
-        assert!(service.ready_line.starts_with("executor running as"), "{}", service.ready_line);
+        assert!(
+            service.ready_line.starts_with("executor running as"),
+            "{}",
+            service.ready_line
+        );
         Self { service }
     }
 
     pub fn owner(&self) -> &str {
-        self.service.ready_line.trim_start_matches("executor running as ")
+        self.service
+            .ready_line
+            .trim_start_matches("executor running as ")
+    }
+}
+
+/// A `reconciler` against a database and a provider, sweeping every 50 ms.
+pub struct Reconciler {
+    pub service: Service,
+}
+
+impl Reconciler {
+    pub async fn start(database_url: &str, provider_url: &str, extra_args: &[&str]) -> Self {
+        let mut args = vec!["--provider-url", provider_url, "--interval", "50ms"];
+        args.extend_from_slice(extra_args);
+        let service = Service::spawn("reconciler", &args, &[("DATABASE_URL", database_url)]).await;
+        assert!(
+            service.ready_line.starts_with("reconciler running as"),
+            "{}",
+            service.ready_line
+        );
+        Self { service }
+    }
+
+    pub fn owner(&self) -> &str {
+        self.service
+            .ready_line
+            .trim_start_matches("reconciler running as ")
+    }
+}
+
+impl ProviderSim {
+    /// Settles a pending payment (`succeeded`, or `failed` with a code).
+    pub async fn settle(&self, payment_id: &str, body: serde_json::Value) {
+        let response = reqwest::Client::new()
+            .post(format!(
+                "{}/_sim/payments/{payment_id}/settle",
+                self.base_url
+            ))
+            .json(&body)
+            .send()
+            .await
+            .expect("settle");
+        assert!(
+            response.status().is_success(),
+            "settle refused: {}",
+            response.status()
+        );
     }
 }

@@ -9,7 +9,7 @@ pub mod db;
 pub mod stack;
 pub mod wait;
 
-pub use binaries::{opgate, Executor, Intake, ProviderSim, Service};
+pub use binaries::{opgate, Executor, Intake, ProviderSim, Reconciler, Service};
 pub use cluster::PgCluster;
 pub use db::TestDb;
 pub use stack::Stack;

@@ -39,7 +39,14 @@ impl Stack {
     /// Registers one payment through intake; returns its operation id.
     pub async fn pay(&self, customer: &str, idempotency_key: &str) -> Uuid {
         let body = payment_body(customer, &format!("inv-{idempotency_key}"), "25.00");
-        let reply = post_payment(&self.client, &self.intake.base_url, Some(&self.key), Some(idempotency_key), &body).await;
+        let reply = post_payment(
+            &self.client,
+            &self.intake.base_url,
+            Some(&self.key),
+            Some(idempotency_key),
+            &body,
+        )
+        .await;
         assert_eq!(reply.status, 202, "{}", reply.body);
         reply.operation_id().parse().unwrap()
     }
@@ -55,24 +62,42 @@ impl Stack {
     }
 
     pub async fn operation(&self, id: Uuid) -> OperationRecord {
-        self.db.store.find_operation(id).await.expect("read operation").expect("operation exists")
+        self.db
+            .store
+            .find_operation(id)
+            .await
+            .expect("read operation")
+            .expect("operation exists")
     }
 
     /// Waits until the operation reaches `status` (by name), and returns it.
-    pub async fn wait_for_status(&self, id: Uuid, status: &str, timeout: Duration) -> OperationRecord {
-        eventually(timeout, &format!("operation {id} to be {status}"), || async {
-            let op = self.operation(id).await;
-            (op.status.as_str() == status).then_some(op)
-        })
+    pub async fn wait_for_status(
+        &self,
+        id: Uuid,
+        status: &str,
+        timeout: Duration,
+    ) -> OperationRecord {
+        eventually(
+            timeout,
+            &format!("operation {id} to be {status}"),
+            || async {
+                let op = self.operation(id).await;
+                (op.status.as_str() == status).then_some(op)
+            },
+        )
         .await
     }
 
     /// Waits until every operation is SUCCEEDED.
     pub async fn wait_all_succeeded(&self, expected: i64, timeout: Duration) {
-        eventually(timeout, &format!("{expected} operations to succeed"), || async {
-            let counts = self.db.store.count_by_status().await.ok()?;
-            (counts.get("SUCCEEDED").copied().unwrap_or(0) == expected).then_some(())
-        })
+        eventually(
+            timeout,
+            &format!("{expected} operations to succeed"),
+            || async {
+                let counts = self.db.store.count_by_status().await.ok()?;
+                (counts.get("SUCCEEDED").copied().unwrap_or(0) == expected).then_some(())
+            },
+        )
         .await
     }
 
@@ -91,6 +116,8 @@ impl Stack {
 
     pub async fn requests_for(&self, id: Uuid) -> u64 {
         let ledger = self.sim.ledger().await;
-        ledger["requests_by_key"][format!("opgate-{id}")].as_u64().unwrap_or(0)
+        ledger["requests_by_key"][format!("opgate-{id}")]
+            .as_u64()
+            .unwrap_or(0)
     }
 }

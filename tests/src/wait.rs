@@ -15,7 +15,10 @@ where
         if let Some(value) = probe().await {
             return value;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }

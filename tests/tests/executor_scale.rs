@@ -13,12 +13,17 @@ async fn two_executors_drain_two_thousand_operations_exactly_once() {
     let a = Executor::start(&stack.db.url, &stack.sim.base_url, &["--concurrency", "32"]).await;
     let b = Executor::start(&stack.db.url, &stack.sim.base_url, &["--concurrency", "32"]).await;
 
-    stack.wait_all_succeeded(ids.len() as i64, Duration::from_secs(120)).await;
+    stack
+        .wait_all_succeeded(ids.len() as i64, Duration::from_secs(120))
+        .await;
 
     let ledger = stack.sim.ledger().await;
     let charges = ledger["charges"].as_array().unwrap();
     assert_eq!(charges.len(), ids.len());
-    let keys: HashSet<&str> = charges.iter().map(|c| c["idempotency_key"].as_str().unwrap()).collect();
+    let keys: HashSet<&str> = charges
+        .iter()
+        .map(|c| c["idempotency_key"].as_str().unwrap())
+        .collect();
     assert_eq!(keys.len(), ids.len(), "a key was charged twice");
     let expected: HashSet<String> = ids.iter().map(|id| format!("opgate-{id}")).collect();
     assert!(keys.iter().all(|k| expected.contains(*k)));
@@ -28,8 +33,23 @@ async fn two_executors_drain_two_thousand_operations_exactly_once() {
     let mut owners = HashSet::new();
     for id in &ids {
         let events = stack.db.store.operation_events(*id).await.unwrap();
-        assert_eq!(events.iter().filter(|e| e.to_status == "IN_PROGRESS").count(), 1, "{events:?}");
-        owners.extend(events.into_iter().filter(|e| e.to_status == "SUCCEEDED").map(|e| e.actor));
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e.to_status == "IN_PROGRESS")
+                .count(),
+            1,
+            "{events:?}"
+        );
+        owners.extend(
+            events
+                .into_iter()
+                .filter(|e| e.to_status == "SUCCEEDED")
+                .map(|e| e.actor),
+        );
     }
-    assert!(owners.contains(a.owner()) && owners.contains(b.owner()), "{owners:?}");
+    assert!(
+        owners.contains(a.owner()) && owners.contains(b.owner()),
+        "{owners:?}"
+    );
 }

@@ -1,6 +1,8 @@
 //! `opgate`: the operator's command. Migrations and agent credentials today.
 
 mod agents;
+mod operations;
+mod operators;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -29,6 +31,12 @@ enum Command {
     /// Create, list and revoke agents' API keys.
     #[command(subcommand)]
     Agents(agents::AgentsCommand),
+    /// List and inspect operations; work the manual-review queue.
+    #[command(subcommand)]
+    Operations(operations::OperationsCommand),
+    /// Create operators' keys for the admin API.
+    #[command(subcommand)]
+    Operators(operators::OperatorsCommand),
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -51,6 +59,8 @@ async fn main() -> anyhow::Result<()> {
             eprintln!("migrations applied: {applied}");
         }
         Command::Agents(command) => agents::run(&store, command).await?,
+        Command::Operations(command) => operations::run(&store, command).await?,
+        Command::Operators(command) => operators::run(&store, command).await?,
     }
     Ok(())
 }

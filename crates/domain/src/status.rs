@@ -59,15 +59,26 @@ impl OperationStatus {
         )
     }
 
+    /// Seconds an agent should wait before checking a non-terminal operation again
+    /// (sent as `Retry-After`); `None` once terminal.
+    pub fn check_again_after_secs(self) -> Option<u32> {
+        match self {
+            Self::Pending | Self::InProgress => Some(1),
+            Self::Unknown | Self::Reconciling => Some(10),
+            Self::ManualReview => Some(300),
+            Self::Succeeded | Self::Failed => None,
+        }
+    }
+
     /// Plain guidance for the agent that asked for the operation.
     pub fn agent_message(self) -> &'static str {
         match self {
-            Self::Pending => "Operation accepted and queued. Poll this operation; do not submit a new payment.",
-            Self::InProgress => "Operation is being executed. Poll this operation; do not submit a new payment.",
+            Self::Pending => "Operation accepted and queued. Do not submit a new payment; check this operation again in about 1 second.",
+            Self::InProgress => "Operation is being executed. Do not submit a new payment; check this operation again in about 1 second.",
             Self::Succeeded => "Operation succeeded.",
             Self::Failed => "Operation failed. A new attempt needs a new Idempotency-Key.",
-            Self::Unknown | Self::Reconciling => "Outcome is being reconciled with the provider. Do not submit a new payment.",
-            Self::ManualReview => "Outcome could not be determined automatically and awaits an operator. Do not submit a new payment.",
+            Self::Unknown | Self::Reconciling => "Outcome is being reconciled with the provider. Do not submit a new payment; check this operation again in about 10 seconds.",
+            Self::ManualReview => "Outcome could not be determined automatically and awaits an operator. Do not submit a new payment; check this operation again in about 5 minutes.",
         }
     }
 }
@@ -144,6 +155,20 @@ mod tests {
                     allowed.contains(&(from, to)),
                     "{from} -> {to}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn every_unsettled_state_tells_the_agent_not_to_pay_again_and_when_to_look() {
+        for status in OperationStatus::ALL {
+            let message = status.agent_message();
+            match status.check_again_after_secs() {
+                None => assert!(status.is_terminal()),
+                Some(_) => {
+                    assert!(message.contains("Do not submit a new payment"), "{status}");
+                    assert!(message.contains("check this operation again"), "{status}");
+                }
             }
         }
     }

@@ -48,3 +48,25 @@ pub async fn read_json(
     serde_json::from_slice(&body)
         .map_err(|e| Problem::malformed_json(format!("body is not valid JSON: {e}")))
 }
+
+/// For routes that take `web::Json`: the same limit and the same problem answers as
+/// the payment route.
+pub fn json_config() -> web::JsonConfig {
+    web::JsonConfig::default()
+        .limit(MAX_BODY_BYTES)
+        .error_handler(|error, _request| {
+            use actix_web::error::JsonPayloadError;
+            let problem = match &error {
+                JsonPayloadError::ContentType => Problem::unsupported_media_type(),
+                JsonPayloadError::Overflow { .. }
+                | JsonPayloadError::OverflowKnownLength { .. } => {
+                    Problem::too_large(MAX_BODY_BYTES)
+                }
+                JsonPayloadError::Deserialize(e) if e.is_data() => {
+                    Problem::invalid_body(e.to_string())
+                }
+                other => Problem::malformed_json(other.to_string()),
+            };
+            problem.into()
+        })
+}

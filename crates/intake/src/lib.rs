@@ -48,8 +48,12 @@ pub fn serve(
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
+            .app_data(body::json_config())
             .service(routes::payments::create_payment)
             .service(routes::operations::get_operation)
+            .service(routes::admin::list_operations)
+            .service(routes::admin::show_operation)
+            .service(routes::admin::resolve_operation)
             .service(routes::health::healthz)
             .service(routes::health::readyz)
             .service(openapi_json)

@@ -5,7 +5,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::problem::Problem;
-use crate::routes::{health, operations, payments};
+use crate::routes::{admin, health, operations, payments};
 use crate::view::OperationView;
 
 #[derive(OpenApi)]
@@ -14,10 +14,13 @@ use crate::view::OperationView;
     paths(
         payments::create_payment,
         operations::get_operation,
+        admin::list_operations,
+        admin::show_operation,
+        admin::resolve_operation,
         health::healthz,
         health::readyz,
     ),
-    components(schemas(payments::PaymentBody, OperationView, Problem)),
+    components(schemas(payments::PaymentBody, OperationView, Problem, admin::AdminOperation, admin::AdminOperationDetail, admin::ResolveBody)),
     modifiers(&AgentKeyScheme),
 )]
 pub struct ApiDoc;
@@ -27,9 +30,11 @@ struct AgentKeyScheme;
 impl Modify for AgentKeyScheme {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "agent_key",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
-        );
+        for scheme in ["agent_key", "operator_key"] {
+            components.add_security_scheme(
+                scheme,
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
+        }
     }
 }

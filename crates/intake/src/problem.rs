@@ -86,6 +86,15 @@ impl Problem {
         )
     }
 
+    pub fn not_in_review(status: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "not-in-manual-review",
+            "Operation is not awaiting review",
+            format!("The operation is {status}, not MANUAL_REVIEW; nothing was changed."),
+        )
+    }
+
     pub fn too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,

@@ -62,6 +62,9 @@ pub fn operation_response(
     if replayed {
         response.insert_header(("Idempotent-Replayed", "true"));
     }
+    if let Some(secs) = record.status.check_again_after_secs() {
+        response.insert_header((header::RETRY_AFTER, secs));
+    }
     if let Some(secs) = waited {
         response.insert_header(("Preference-Applied", format!("wait={secs}")));
     }
