@@ -14,7 +14,7 @@ build:
 ## test: the whole suite against a throwaway PostgreSQL it starts and stops itself.
 test:
 	$(CARGO) build --workspace --bins --tests
-	PG_SETTINGS="$(TEST_PG_SETTINGS)" $(WITH_PG) $(CARGO) test --workspace
+	PG_SETTINGS="$(TEST_PG_SETTINGS)" $(WITH_PG) scripts/run-tests.sh
 
 ## run: PostgreSQL, migrations, a demo agent, intake, and a short agent scenario.
 run: build

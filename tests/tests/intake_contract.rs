@@ -56,7 +56,8 @@ async fn a_new_payment_is_accepted_with_its_location() {
     assert!(reply.body["message"]
         .as_str()
         .unwrap()
-        .contains("do not submit"));
+        .contains("Do not submit a new payment"));
+    assert_eq!(reply.header("retry-after"), Some("1"));
     assert!(reply.body.get("provider_reference").is_none());
 
     let read = get_operation(&f.client, &f.intake.base_url, &f.key, &id).await;
