@@ -5,6 +5,11 @@
 ALTER TABLE operations ADD COLUMN reconcile_checks INTEGER NOT NULL DEFAULT 0
     CHECK (reconcile_checks >= 0);
 
+-- When the operation last became UNKNOWN from execution or from manual review: the
+-- reconciler's not-found grace and age limit count from here, not from registration,
+-- since an operation may wait in the outbox long before it is sent.
+ALTER TABLE operations ADD COLUMN unknown_since TIMESTAMPTZ;
+
 -- The reconciler's sweep: due UNKNOWN rows, and RECONCILING rows whose lease expired.
 CREATE INDEX operations_reconcile_due ON operations (next_attempt_at)
     WHERE status = 'UNKNOWN';

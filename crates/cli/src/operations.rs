@@ -111,6 +111,10 @@ pub async fn run(store: &Store, command: OperationsCommand) -> anyhow::Result<()
                     &actor,
                 )
                 .await?;
+            if matches!(action, OperatorAction::Applied(_)) {
+                // Agents waiting with Prefer: wait hear of it at once; if this fails they poll.
+                let _ = store.notify_settled(&[operation_id]).await;
+            }
             report(operation_id, action)
         }
         OperationsCommand::RetryReconcile {

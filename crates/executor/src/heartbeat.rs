@@ -11,12 +11,22 @@ use uuid::Uuid;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseLost(pub bool);
 
+/// Stops the heartbeat when dropped, so a worker that panics or is aborted can never
+/// leave its lease renewed forever.
+pub struct HeartbeatGuard(JoinHandle<()>);
+
+impl Drop for HeartbeatGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 pub fn spawn_heartbeat(
     store: Store,
     operation_id: Uuid,
     fencing_token: i64,
     lease: Duration,
-) -> (watch::Receiver<LeaseLost>, JoinHandle<()>) {
+) -> (watch::Receiver<LeaseLost>, HeartbeatGuard) {
     let (sender, receiver) = watch::channel(LeaseLost(false));
     let handle = tokio::spawn(async move {
         let mut ticker = tokio::time::interval(lease / 3);
@@ -35,5 +45,5 @@ pub fn spawn_heartbeat(
             }
         }
     });
-    (receiver, handle)
+    (receiver, HeartbeatGuard(handle))
 }

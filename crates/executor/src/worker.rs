@@ -70,7 +70,7 @@ impl<P: Provider> Worker<P> {
                     self.lease,
                 );
                 let decision = self.call_provider(&op, &instruction, lost).await;
-                heartbeat.abort();
+                drop(heartbeat);
                 decision
             }
         };
@@ -118,14 +118,22 @@ impl<P: Provider> Worker<P> {
                         "provider declined",
                     )
                 }
-                ProviderOutcome::Rejected { status, detail } => {
+                // A refusal proves nothing about an earlier attempt that may have
+                // reached the provider: only a first-hand refusal is a failure.
+                ProviderOutcome::Rejected { status, detail } if !maybe_sent => {
                     return complete(
                         OperationStatus::Failed,
                         None,
-                        Some(format!(
-                            "provider rejected the request (HTTP {status}): {detail}"
-                        )),
+                        Some(format!("provider rejected the request (HTTP {status}): {detail}")),
                         "provider rejected the request",
+                    )
+                }
+                ProviderOutcome::Rejected { status, detail } => {
+                    return complete(
+                        OperationStatus::Unknown,
+                        None,
+                        Some(format!("provider rejected a retry (HTTP {status}): {detail}; an earlier attempt may have reached it")),
+                        "outcome uncertain; the reconciler follows up",
                     )
                 }
                 ProviderOutcome::Pending { reference } => {

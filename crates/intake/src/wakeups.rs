@@ -13,8 +13,6 @@ use uuid::Uuid;
 
 use opgate_store::OperationRecord;
 
-use crate::problem::Problem;
-
 /// Set after each commit that created an operation; one background task turns any
 /// number of them into one NOTIFY.
 #[derive(Clone)]
@@ -70,20 +68,30 @@ impl SettledOperations {
     }
 
     /// Re-reads the operation until it is terminal or `wait` has passed. Subscribes
-    /// before each read, so a settlement between the read and the wait is not missed.
+    /// before every read (the first included), so a settlement between a read and the
+    /// wait is never missed. The operation exists whatever happens here, so a failed
+    /// re-read answers with the last state known rather than an error.
     pub async fn wait_until_terminal(
         &self,
         store: &Store,
         agent_id: &str,
         mut record: OperationRecord,
         wait: Duration,
-    ) -> Result<OperationRecord, Problem> {
+    ) -> OperationRecord {
         let deadline = Instant::now() + wait;
         let id = record.operation_id;
         let mut settled = self.sender.subscribe();
         loop {
+            match store.find_operation_for_agent(id, agent_id).await {
+                Ok(Some(current)) => record = current,
+                Ok(None) => return record,
+                Err(error) => {
+                    tracing::warn!(operation_id = %id, %error, "could not re-read while waiting");
+                    return record;
+                }
+            }
             if record.status.is_terminal() || Instant::now() >= deadline {
-                return Ok(record);
+                return record;
             }
             loop {
                 tokio::select! {
@@ -99,10 +107,6 @@ impl SettledOperations {
                     _ = tokio::time::sleep_until(deadline) => break,
                 }
             }
-            record = store
-                .find_operation_for_agent(id, agent_id)
-                .await?
-                .ok_or_else(Problem::not_found)?;
         }
     }
 }

@@ -12,6 +12,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use opentelemetry::propagation::Injector;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
 use crate::outcome::{classify_response, LookupOutcome, ProviderOutcome};
 use crate::{PaymentInstruction, Provider};
 
@@ -49,7 +53,36 @@ impl HttpProvider {
         Self { client, config }
     }
 
-    async fn exchange(&self, request: Request<Full<Bytes>>) -> Exchange {
+    /// One HTTP call inside a client span whose context travels in `traceparent`.
+    async fn exchange(&self, mut request: Request<Full<Bytes>>) -> Exchange {
+        let span = tracing::info_span!(
+            "provider request",
+            otel.name = %request.method(),
+            otel.kind = "client",
+            http.request.method = %request.method(),
+            server.address = request.uri().host().unwrap_or_default(),
+            server.port = request.uri().port_u16().unwrap_or(80),
+            url.path = request.uri().path(),
+            http.response.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        inject_trace_context(&span, request.headers_mut());
+        let exchange = self.exchange_in(request).instrument(span.clone()).await;
+        match &exchange {
+            Exchange::Answered { status, .. } => {
+                span.record("http.response.status_code", status);
+            }
+            Exchange::NotSent(_) => {
+                span.record("error.type", "connect");
+            }
+            Exchange::Uncertain(_) => {
+                span.record("error.type", "no_complete_answer");
+            }
+        }
+        exchange
+    }
+
+    async fn exchange_in(&self, request: Request<Full<Bytes>>) -> Exchange {
         let call = async {
             let response = match self.client.request(request).await {
                 Ok(response) => response,
@@ -139,4 +172,25 @@ impl Provider for HttpProvider {
     fn keyed_retries_safe(&self) -> bool {
         self.config.keyed_retries_safe
     }
+}
+
+struct HeaderInjector<'a>(&'a mut hyper::HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) = (
+            hyper::header::HeaderName::from_bytes(key.as_bytes()),
+            hyper::header::HeaderValue::from_str(&value),
+        ) {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+/// Adds `traceparent` (and `tracestate`) for `span` to the provider request.
+fn inject_trace_context(span: &tracing::Span, headers: &mut hyper::HeaderMap) {
+    let context = span.context();
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&context, &mut HeaderInjector(headers))
+    });
 }

@@ -34,11 +34,13 @@ pub struct Config {
     #[arg(long, env = "RECONCILER_INTERVAL", default_value = "1s", value_parser = duration)]
     pub interval: Duration,
 
-    /// Operations claimed per sweep (plus as many abandoned RECONCILING ones).
+    /// Operations claimed per sweep, at most --concurrency (plus as many abandoned
+    /// RECONCILING ones); all of a sweep's lookups run at once, so each ends inside
+    /// its lease.
     #[arg(long, env = "RECONCILER_BATCH_SIZE", default_value_t = 32)]
     pub batch_size: usize,
 
-    /// Provider lookups run at once.
+    /// Upper bound on the claim size, and so on lookups run at once.
     #[arg(long, env = "RECONCILER_CONCURRENCY", default_value_t = 8)]
     pub concurrency: usize,
 
@@ -57,11 +59,13 @@ pub struct Config {
     #[arg(long, env = "RECONCILER_MAX_CHECKS", default_value_t = 10)]
     pub max_checks: u32,
 
-    /// Operation age after which an inconclusive check escalates to MANUAL_REVIEW.
+    /// Time since an operation became UNKNOWN after which an inconclusive check
+    /// escalates to MANUAL_REVIEW.
     #[arg(long, env = "RECONCILER_MAX_AGE", default_value = "24h", value_parser = duration)]
     pub max_age: Duration,
 
-    /// How long the provider may not know a payment before that counts as an answer.
+    /// How long after an operation became UNKNOWN the provider may still not know it
+    /// before that counts as an answer.
     #[arg(long, env = "PROVIDER_NOT_FOUND_GRACE", default_value = "5m", value_parser = duration)]
     pub not_found_grace: Duration,
 

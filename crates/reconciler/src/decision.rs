@@ -21,7 +21,8 @@ use opgate_provider::{LookupOutcome, ProviderOutcome};
 pub struct Policy {
     /// Checks without a conclusion before MANUAL_REVIEW.
     pub max_checks: u32,
-    /// Age of an operation past which an inconclusive check escalates.
+    /// Time since the operation became UNKNOWN past which an inconclusive check
+    /// escalates.
     pub max_age: Duration,
     /// How long "not found" may just mean "not visible yet".
     pub not_found_grace: Duration,
@@ -41,7 +42,7 @@ pub struct Verdict {
     pub next_check_in: Option<Duration>,
 }
 
-/// `checks` counts this lookup; `age` is the operation's age.
+/// `checks` counts this lookup; `age` is the time since the operation became UNKNOWN.
 pub fn decide(lookup: &LookupOutcome, checks: u32, age: Duration, policy: &Policy) -> Verdict {
     let inconclusive = |why: String, reference: Option<String>| {
         if checks >= policy.max_checks || age >= policy.max_age {
@@ -89,7 +90,7 @@ pub fn decide(lookup: &LookupOutcome, checks: u32, age: Duration, policy: &Polic
         }
         LookupOutcome::NotFound if age >= policy.not_found_grace => {
             let why = format!(
-                "provider has no record of the payment {} after it was requested",
+                "provider has no record of the payment {} after its outcome became unknown",
                 humantime::format_duration(Duration::from_secs(age.as_secs()))
             );
             if policy.not_found_authoritative {

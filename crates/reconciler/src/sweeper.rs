@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use futures_util::StreamExt;
 use opgate_domain::OperationStatus;
 use opgate_provider::{PaymentInstruction, Provider};
 use opgate_store::{ClaimedReconciliation, Completion, FencedWrite, Store};
@@ -30,17 +29,30 @@ impl<P: Provider> Sweeper<P> {
     pub async fn run_once(&self) -> Result<usize, opgate_store::StoreError> {
         let claimed = self
             .store
-            .claim_due_reconciliations(&self.owner, self.lease, self.batch_size as i64)
+            .claim_due_reconciliations(
+                &self.owner,
+                self.lease,
+                self.batch_size.min(self.concurrency) as i64,
+            )
             .await?;
         let count = claimed.len();
-        futures_util::stream::iter(claimed)
-            .for_each_concurrent(self.concurrency, |op| self.reconcile(op))
-            .await;
+        // Everything claimed runs at once, so every lookup ends inside its lease.
+        let settled: Vec<_> =
+            futures_util::future::join_all(claimed.into_iter().map(|op| self.reconcile(op)))
+                .await
+                .into_iter()
+                .flatten()
+                .collect();
+        // One NOTIFY for the sweep, after the commits, for requests waiting on them.
+        if let Err(error) = self.store.notify_settled(&settled).await {
+            tracing::debug!(%error, "could not announce settled operations; waiters poll");
+        }
         Ok(count)
     }
 
-    async fn reconcile(&self, op: ClaimedReconciliation) {
-        let age = (Utc::now() - op.created_at).to_std().unwrap_or_default();
+    /// Returns the operation's id when it reached a terminal state.
+    async fn reconcile(&self, op: ClaimedReconciliation) -> Option<uuid::Uuid> {
+        let age = (Utc::now() - op.unknown_since).to_std().unwrap_or_default();
         let verdict = match PaymentInstruction::from_payload(op.operation_id, &op.payload) {
             Some(instruction) => {
                 let lookup = self.provider.lookup(&instruction).await;
@@ -72,12 +84,15 @@ impl<P: Provider> Sweeper<P> {
             )
             .await;
         match written {
-            Ok(FencedWrite::Applied) => tracing::info!(
-                operation_id = %op.operation_id, agent_id = %op.agent_id, check = op.checks,
-                status = %verdict.status,
-                next_check_ms = verdict.next_check_in.map(|d| d.as_millis() as u64),
-                "reconciled"
-            ),
+            Ok(FencedWrite::Applied) => {
+                tracing::info!(
+                    operation_id = %op.operation_id, agent_id = %op.agent_id, check = op.checks,
+                    status = %verdict.status,
+                    next_check_ms = verdict.next_check_in.map(|d| d.as_millis() as u64),
+                    "reconciled"
+                );
+                return verdict.status.is_terminal().then_some(op.operation_id);
+            }
             Ok(FencedWrite::RejectedStale) => tracing::warn!(
                 operation_id = %op.operation_id, fencing_token = op.fencing_token,
                 "stale write rejected by the fencing token"
@@ -87,6 +102,7 @@ impl<P: Provider> Sweeper<P> {
                 tracing::warn!(operation_id = %op.operation_id, %error, "could not record the verdict")
             }
         }
+        None
     }
 }
 

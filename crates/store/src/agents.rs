@@ -39,6 +39,7 @@ const REVOKE_AGENT: &str =
 
 impl Store {
     /// Fails with `AgentExists` when the id is taken (revoked agents keep their id).
+    #[tracing::instrument(name = "INSERT agents", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "agents"))]
     pub async fn create_agent(&self, agent: &NewAgent<'_>) -> Result<(), StoreError> {
         let allowed: Vec<&str> = agent
             .policy
@@ -73,6 +74,7 @@ impl Store {
     }
 
     /// The active (not revoked) agent holding this key id, if any.
+    #[tracing::instrument(name = "SELECT agents", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "agents"))]
     pub async fn find_active_agent_by_key_id(
         &self,
         key_id: &str,
@@ -90,6 +92,7 @@ impl Store {
             .transpose()
     }
 
+    #[tracing::instrument(name = "SELECT agents", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "agents"))]
     pub async fn list_agents(&self) -> Result<Vec<AgentRecord>, StoreError> {
         let client = self.client().await?;
         client
@@ -104,6 +107,7 @@ impl Store {
     }
 
     /// Returns false when no active agent has this id.
+    #[tracing::instrument(name = "UPDATE agents", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "agents"))]
     pub async fn revoke_agent(&self, agent_id: &str) -> Result<bool, StoreError> {
         let client = self.client().await?;
         Ok(client.execute(REVOKE_AGENT, &[&agent_id]).await? == 1)

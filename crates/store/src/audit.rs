@@ -28,7 +28,24 @@ FROM operation_events WHERE operation_id = $1 ORDER BY event_id";
 
 const COUNT_BY_STATUS: &str = "SELECT status, count(*) FROM operations GROUP BY status";
 
+const COUNT_UNSETTLED: &str = "SELECT status, count(*) FROM operations \
+     WHERE status IN ('PENDING', 'IN_PROGRESS', 'UNKNOWN', 'RECONCILING', 'MANUAL_REVIEW') \
+     GROUP BY status";
+
+const OUTBOX_BACKLOG: &str = "SELECT count(*), \
+     COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) FROM outbox";
+
+/// The pipeline as the health gauges show it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PipelineCounts {
+    /// Operations in each non-terminal status.
+    pub unsettled_by_status: BTreeMap<String, i64>,
+    pub outbox_depth: i64,
+    pub outbox_oldest_age_seconds: f64,
+}
+
 impl Store {
+    #[tracing::instrument(name = "SELECT operation_events", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "operation_events"))]
     pub async fn operation_events(
         &self,
         operation_id: Uuid,
@@ -50,7 +67,21 @@ impl Store {
             .collect())
     }
 
-    /// Number of operations in each status (statuses with none are absent).
+    /// Cheap enough to run every few seconds at any table size (partial index).
+    #[tracing::instrument(name = "SELECT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "operations"))]
+    pub async fn pipeline_counts(&self) -> Result<PipelineCounts, StoreError> {
+        let client = self.client().await?;
+        let rows = client.query(COUNT_UNSETTLED, &[]).await?;
+        let backlog = client.query_one(OUTBOX_BACKLOG, &[]).await?;
+        Ok(PipelineCounts {
+            unsettled_by_status: rows.iter().map(|row| (row.get(0), row.get(1))).collect(),
+            outbox_depth: backlog.get(0),
+            outbox_oldest_age_seconds: backlog.get(1),
+        })
+    }
+
+    /// Number of operations in each status (statuses with none are absent). Scans
+    /// the table: for operators and tests, not for periodic use.
     pub async fn count_by_status(&self) -> Result<BTreeMap<String, i64>, StoreError> {
         let client = self.client().await?;
         let rows = client.query(COUNT_BY_STATUS, &[]).await?;

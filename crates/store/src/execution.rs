@@ -39,7 +39,9 @@ WITH due AS (
       AND op.status IN ('PENDING', 'IN_PROGRESS')
     ORDER BY o.available_at, o.event_id
     LIMIT $3
-    FOR UPDATE OF o SKIP LOCKED
+    -- Both rows, skipping any a worker is writing: every other writer locks the
+    -- operation first, so waiting on it here could deadlock.
+    FOR UPDATE OF o, op SKIP LOCKED
 ), events AS (
     UPDATE outbox o
     SET claimed_by = $1,
@@ -122,6 +124,7 @@ pub(crate) fn millis(duration: Duration) -> f64 {
 impl Store {
     /// Claims up to `batch` due events (new, or abandoned by an expired lease), taking
     /// a lease on each operation with a new fencing token, in one committed statement.
+    #[tracing::instrument(name = "UPDATE outbox", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "outbox"))]
     pub async fn claim_due_operations(
         &self,
         owner: &str,
@@ -137,6 +140,7 @@ impl Store {
     }
 
     /// Extends the lease; `false` means it was lost (another worker took over).
+    #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn heartbeat(
         &self,
         operation_id: Uuid,
@@ -152,6 +156,7 @@ impl Store {
     }
 
     /// Counts one more provider call under this lease; `false` if the lease was lost.
+    #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn count_attempt(
         &self,
         operation_id: Uuid,
@@ -166,6 +171,7 @@ impl Store {
 
     /// Puts the operation back to PENDING (the request never reached the provider) and
     /// makes its outbox event due again after `delay`.
+    #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn requeue_with_fence(
         &self,
         operation_id: Uuid,
@@ -200,6 +206,7 @@ impl Store {
 
     /// Gives the lease up at once (on shutdown), so another worker can take over now
     /// rather than after the lease expires.
+    #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn release_lease(
         &self,
         operation_id: Uuid,

@@ -51,6 +51,8 @@ WITH updated AS (
         lease_expires_at = NULL,
         next_attempt_at = CASE WHEN $4 = 'UNKNOWN'
                                THEN now() + $9::float8 * interval '1 millisecond' END,
+        unknown_since = CASE WHEN $4 = 'UNKNOWN' AND $3 <> 'RECONCILING' THEN now()
+                             ELSE unknown_since END,
         updated_at = now()
     WHERE operation_id = $1 AND fencing_token = $2 AND status = $3
     RETURNING operation_id, agent_id
@@ -70,6 +72,7 @@ FROM operations WHERE operation_id = $1";
 impl Store {
     /// Moves a leased operation from `from` to `completion.status`, only if this
     /// worker's fencing token is still current.
+    #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn transition_with_fence(
         &self,
         operation_id: Uuid,
@@ -114,6 +117,7 @@ impl Store {
 
     /// Records, without changing the operation, that this worker found its lease lost
     /// and discarded what it was doing.
+    #[tracing::instrument(name = "INSERT operation_events", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "operation_events"))]
     pub async fn record_lease_lost(
         &self,
         operation_id: Uuid,

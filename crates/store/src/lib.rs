@@ -17,7 +17,7 @@ mod reconciliation;
 mod stats;
 
 pub use agents::{AgentRecord, NewAgent};
-pub use audit::OperationEvent;
+pub use audit::{OperationEvent, PipelineCounts};
 pub use error::StoreError;
 pub use execution::ClaimedOperation;
 pub use fenced::{Completion, FencedWrite};

@@ -35,6 +35,7 @@ pub enum Wakeup {
 }
 
 impl Store {
+    #[tracing::instrument(name = "SELECT pg_notify", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "pg_notify"))]
     pub async fn notify_outbox(&self) -> Result<(), StoreError> {
         let client = self.client().await?;
         client.execute(NOTIFY_OUTBOX, &[]).await?;
@@ -42,6 +43,7 @@ impl Store {
     }
 
     /// One statement for the whole batch.
+    #[tracing::instrument(name = "SELECT pg_notify", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "pg_notify"))]
     pub async fn notify_settled(&self, operation_ids: &[Uuid]) -> Result<(), StoreError> {
         if operation_ids.is_empty() {
             return Ok(());
@@ -59,11 +61,14 @@ pub fn spawn_listener(database_url: String, channels: Vec<&'static str>) -> mpsc
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(100);
         while !sender.is_closed() {
-            match listen_once(&database_url, &channels, &sender).await {
-                Ok(()) => backoff = Duration::from_millis(100),
-                Err(error) => {
-                    tracing::warn!(%error, retry_in_ms = backoff.as_millis() as u64, "LISTEN connection failed");
+            let mut connected = false;
+            if let Err(error) = listen_once(&database_url, &channels, &sender, &mut connected).await
+            {
+                if connected {
+                    // It worked for a while: start the backoff afresh.
+                    backoff = Duration::from_millis(100);
                 }
+                tracing::warn!(%error, retry_in_ms = backoff.as_millis() as u64, "LISTEN connection lost");
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -76,6 +81,7 @@ async fn listen_once(
     database_url: &str,
     channels: &[&'static str],
     sender: &mpsc::Sender<Wakeup>,
+    connected: &mut bool,
 ) -> Result<(), StoreError> {
     let (client, mut connection) =
         tokio_postgres::connect(database_url, tokio_postgres::NoTls).await?;
@@ -97,6 +103,7 @@ async fn listen_once(
     });
     let listen: String = channels.iter().map(|c| format!("LISTEN {c};")).collect();
     client.batch_execute(&listen).await?;
+    *connected = true;
     if sender.send(Wakeup::Connected).await.is_err() {
         driver.abort();
         return Ok(());

@@ -95,6 +95,7 @@ const FIND_FOR_AGENT: &str = concat!(
 impl Store {
     /// Registers the operation once per (agent, idempotency key), or reports what the
     /// key already names. Safe under any number of concurrent identical requests.
+    #[tracing::instrument(name = "INSERT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "operations"))]
     pub async fn register_operation(
         &self,
         new: &NewOperation<'_>,
@@ -139,6 +140,7 @@ impl Store {
     }
 
     /// Any agent's operation (operators' view).
+    #[tracing::instrument(name = "SELECT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "operations"))]
     pub async fn find_operation(
         &self,
         operation_id: Uuid,
@@ -152,6 +154,7 @@ impl Store {
     }
 
     /// The operation, only if it belongs to this agent.
+    #[tracing::instrument(name = "SELECT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "operations"))]
     pub async fn find_operation_for_agent(
         &self,
         operation_id: Uuid,

@@ -41,6 +41,7 @@ WITH updated AS (
         last_error = CASE WHEN $2 = 'FAILED' THEN $4 ELSE NULL END,
         next_attempt_at = CASE WHEN $2 = 'UNKNOWN' THEN now() END,
         reconcile_checks = CASE WHEN $2 = 'UNKNOWN' THEN 0 ELSE reconcile_checks END,
+        unknown_since = CASE WHEN $2 = 'UNKNOWN' THEN now() ELSE unknown_since END,
         updated_at = now()
     WHERE operation_id = $1 AND status = 'MANUAL_REVIEW'
     RETURNING *
@@ -55,6 +56,7 @@ FROM updated";
 const CURRENT_STATUS: &str = "SELECT status FROM operations WHERE operation_id = $1";
 
 impl Store {
+    #[tracing::instrument(name = "SELECT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "operations"))]
     pub async fn list_operations(
         &self,
         filter: &OperationFilter,
@@ -69,6 +71,7 @@ impl Store {
 
     /// Moves an operation out of MANUAL_REVIEW: to SUCCEEDED or FAILED (an operator's
     /// decision), or to UNKNOWN (back to the reconciler, checks counted afresh).
+    #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn resolve_manual_review(
         &self,
         operation_id: Uuid,

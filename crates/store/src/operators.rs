@@ -24,6 +24,7 @@ const FIND_ACTIVE_BY_KEY_ID: &str =
 
 impl Store {
     /// Fails with `OperatorExists` when the name is taken.
+    #[tracing::instrument(name = "INSERT operators", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "operators"))]
     pub async fn create_operator(
         &self,
         operator_id: &str,
@@ -40,6 +41,7 @@ impl Store {
         Ok(())
     }
 
+    #[tracing::instrument(name = "SELECT operators", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "operators"))]
     pub async fn find_active_operator_by_key_id(
         &self,
         key_id: &str,

@@ -26,6 +26,11 @@ pub struct ClaimedReconciliation {
     pub provider_reference: Option<String>,
     pub payload: serde_json::Value,
     pub created_at: DateTime<Utc>,
+    /// When it last became UNKNOWN from execution or review (`created_at` if never
+    /// recorded): the reference for the not-found grace and the age limit.
+    pub unknown_since: DateTime<Utc>,
+    /// W3C `traceparent` of the registering request.
+    pub trace_context: Option<String>,
 }
 
 const CLAIM_DUE_RECONCILIATIONS: &str = "
@@ -54,7 +59,9 @@ WITH due_unknown AS (
     FROM due
     WHERE op.operation_id = due.operation_id
     RETURNING op.operation_id, op.agent_id, op.fencing_token, due.previous_status,
-              op.reconcile_checks, op.provider_reference, op.request_payload, op.created_at
+              op.reconcile_checks, op.provider_reference, op.request_payload, op.created_at,
+              COALESCE(op.unknown_since, op.created_at) AS unknown_since,
+              op.trace_context
 ), audit AS (
     INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
     SELECT operation_id, agent_id, previous_status, 'RECONCILING', $1,
@@ -69,6 +76,7 @@ SELECT * FROM claimed";
 impl Store {
     /// Claims up to `batch` due UNKNOWN operations plus up to `batch` abandoned
     /// RECONCILING ones, each under a lease with a new fencing token.
+    #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn claim_due_reconciliations(
         &self,
         owner: &str,
@@ -97,5 +105,7 @@ fn claimed_from_row(row: &Row) -> Result<ClaimedReconciliation, StoreError> {
         provider_reference: row.get("provider_reference"),
         payload: row.get("request_payload"),
         created_at: row.get("created_at"),
+        unknown_since: row.get("unknown_since"),
+        trace_context: row.get("trace_context"),
     })
 }

@@ -193,6 +193,9 @@ pub async fn resolve_operation(
         .await?;
     match action {
         OperatorAction::Applied(op) => {
+            if let Err(error) = state.store.notify_settled(&[id]).await {
+                tracing::debug!(%error, "could not announce the resolution; waiters poll");
+            }
             tracing::info!(operation_id = %id, operator = %operator.operator_id, status = %op.status, "resolved by an operator");
             Ok(HttpResponse::Ok().json(AdminOperation::from(&op)))
         }

@@ -44,7 +44,7 @@ pub async fn get_operation(
             state
                 .settled
                 .wait_until_terminal(&state.store, &agent.agent_id, record, wait)
-                .await?
+                .await
         }
         None => record,
     };

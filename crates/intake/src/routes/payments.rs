@@ -134,7 +134,7 @@ pub async fn create_payment(
             state
                 .settled
                 .wait_until_terminal(&state.store, &agent.agent_id, record, wait)
-                .await?
+                .await
         }
         None => record,
     };

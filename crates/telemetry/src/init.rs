@@ -1,0 +1,164 @@
+//! Start-up and shutdown of telemetry: the tracer and meter providers, the log layer,
+//! and the global W3C propagator.
+
+use std::str::FromStr;
+
+use opentelemetry::global;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::EnvFilter;
+
+use crate::logs;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// One JSON object per line, with trace_id and span_id.
+    #[default]
+    Json,
+    /// Human-readable lines for a terminal.
+    Pretty,
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "json" => Ok(Self::Json),
+            "pretty" => Ok(Self::Pretty),
+            other => Err(format!("unknown log format {other:?} (json or pretty)")),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("could not build the OTLP exporter: {0}")]
+    Exporter(String),
+    #[error("could not build the Prometheus exporter: {0}")]
+    Prometheus(String),
+}
+
+/// Keeps the providers alive; call `shutdown` before exiting to flush.
+pub struct Telemetry {
+    tracer_provider: SdkTracerProvider,
+    meter_provider: SdkMeterProvider,
+    registry: prometheus::Registry,
+    exporting: bool,
+}
+
+/// Where the OTLP exporters send, when anything is configured.
+fn otlp_configured(signal: &str) -> bool {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    let disabled = std::env::var(format!("OTEL_{signal}_EXPORTER")).is_ok_and(|v| v == "none");
+    !disabled
+        && (set("OTEL_EXPORTER_OTLP_ENDPOINT")
+            || set(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")))
+}
+
+/// `grpc` selects gRPC; anything else (the default) is HTTP with protobuf.
+fn otlp_grpc(signal: &str) -> bool {
+    let protocol = std::env::var(format!("OTEL_EXPORTER_OTLP_{signal}_PROTOCOL"))
+        .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
+        .unwrap_or_default();
+    protocol == "grpc"
+}
+
+/// Sets up logs, traces and metrics for `service` (overridden by OTEL_SERVICE_NAME).
+/// Must run inside a Tokio runtime when gRPC export is selected.
+pub fn init(service: &'static str, log_format: LogFormat) -> Result<Telemetry, TelemetryError> {
+    global::set_text_map_propagator(TraceContextPropagator::new());
+    let service_name = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| service.to_owned());
+    let resource = Resource::builder().with_service_name(service_name).build();
+
+    let mut tracer_builder = SdkTracerProvider::builder().with_resource(resource.clone());
+    let traces_exported = otlp_configured("TRACES");
+    if traces_exported {
+        let exporter = if otlp_grpc("TRACES") {
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .build()
+        } else {
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(Protocol::HttpBinary)
+                .build()
+        }
+        .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+        tracer_builder = tracer_builder.with_batch_exporter(exporter);
+    }
+    let tracer_provider = tracer_builder.build();
+
+    let registry = prometheus::Registry::new();
+    let prometheus_reader = opentelemetry_prometheus::exporter()
+        .with_registry(registry.clone())
+        .scope_info_enabled(false)
+        .build()
+        .map_err(|e| TelemetryError::Prometheus(e.to_string()))?;
+    let mut meter_builder = SdkMeterProvider::builder()
+        .with_resource(resource)
+        .with_reader(prometheus_reader);
+    let metrics_exported = otlp_configured("METRICS");
+    if metrics_exported {
+        let exporter = if otlp_grpc("METRICS") {
+            opentelemetry_otlp::MetricExporter::builder()
+                .with_tonic()
+                .build()
+        } else {
+            opentelemetry_otlp::MetricExporter::builder()
+                .with_http()
+                .with_protocol(Protocol::HttpBinary)
+                .build()
+        }
+        .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+        meter_builder = meter_builder.with_periodic_exporter(exporter);
+    }
+    let meter_provider = meter_builder.build();
+    global::set_meter_provider(meter_provider.clone());
+
+    let tracer = tracer_provider.tracer(service);
+    let otel_layer = tracing_opentelemetry::layer().with_tracer(tracer);
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let registry_subscriber = tracing_subscriber::registry().with(filter).with(otel_layer);
+    match log_format {
+        LogFormat::Json => registry_subscriber.with(logs::json_layer()).init(),
+        LogFormat::Pretty => registry_subscriber.with(logs::pretty_layer()).init(),
+    }
+    tracing::debug!(traces_exported, metrics_exported, "telemetry initialised");
+    Ok(Telemetry {
+        tracer_provider,
+        meter_provider,
+        registry,
+        exporting: traces_exported || metrics_exported,
+    })
+}
+
+impl Telemetry {
+    /// The Prometheus text exposition of every opgate metric of this process.
+    pub fn render_metrics(&self) -> String {
+        let encoder = prometheus::TextEncoder::new();
+        encoder
+            .encode_to_string(&self.registry.gather())
+            .unwrap_or_default()
+    }
+
+    pub fn is_exporting(&self) -> bool {
+        self.exporting
+    }
+
+    /// Flushes what is buffered and stops the exporters.
+    pub fn shutdown(&self) {
+        if let Err(error) = self.tracer_provider.shutdown() {
+            eprintln!("telemetry: trace shutdown: {error}");
+        }
+        if let Err(error) = self.meter_provider.shutdown() {
+            eprintln!("telemetry: metrics shutdown: {error}");
+        }
+    }
+}
