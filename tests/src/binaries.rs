@@ -230,9 +230,12 @@ impl Executor {
     }
 
     pub fn owner(&self) -> &str {
-        self.service
-            .ready_line
-            .trim_start_matches("executor running as ")
+        owner_in(&self.service.ready_line, "executor running as ")
+    }
+
+    /// The executor's Prometheus endpoint.
+    pub fn metrics_url(&self) -> &str {
+        metrics_url_in(&self.service.ready_line)
     }
 }
 
@@ -255,9 +258,12 @@ impl Reconciler {
     }
 
     pub fn owner(&self) -> &str {
-        self.service
-            .ready_line
-            .trim_start_matches("reconciler running as ")
+        owner_in(&self.service.ready_line, "reconciler running as ")
+    }
+
+    /// The reconciler's Prometheus endpoint.
+    pub fn metrics_url(&self) -> &str {
+        metrics_url_in(&self.service.ready_line)
     }
 }
 
@@ -279,4 +285,18 @@ impl ProviderSim {
             response.status()
         );
     }
+}
+
+/// `executor running as OWNER; metrics at URL` → OWNER.
+fn owner_in<'a>(ready_line: &'a str, prefix: &str) -> &'a str {
+    let rest = ready_line.strip_prefix(prefix).unwrap_or(ready_line);
+    rest.split(';').next().unwrap_or(rest)
+}
+
+/// `…; metrics at URL` → URL.
+fn metrics_url_in(ready_line: &str) -> &str {
+    ready_line
+        .split("metrics at ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no metrics address in {ready_line:?}"))
 }

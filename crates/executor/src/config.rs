@@ -74,6 +74,15 @@ pub struct Config {
     #[arg(long, env = "EXECUTOR_SHUTDOWN_GRACE", default_value = "10s", value_parser = duration)]
     pub shutdown_grace: Duration,
 
+    /// Address of the Prometheus `/metrics` endpoint (port 0: any free port; the
+    /// chosen address is printed on stdout).
+    #[arg(long, env = "EXECUTOR_METRICS_LISTEN", default_value = "127.0.0.1:0")]
+    pub metrics_listen: std::net::SocketAddr,
+
+    /// Log format: json (one object per line, with trace and span ids) or pretty.
+    #[arg(long, env = "OPGATE_LOG_FORMAT", default_value = "json")]
+    pub log_format: opgate_telemetry::LogFormat,
+
     /// Apply pending database migrations before starting.
     #[arg(long)]
     pub migrate: bool,

@@ -15,7 +15,6 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::settled::SettledNotifier;
-use crate::stats::Stats;
 use crate::worker::Worker;
 
 type InFlight = Arc<Mutex<HashMap<Uuid, i64>>>;
@@ -30,7 +29,6 @@ pub async fn run<P: Provider>(
 ) {
     let wake = Arc::new(Notify::new());
     spawn_wake_listener(config.database_url.clone(), wake.clone());
-    let stats = Arc::new(Stats::default());
     let worker = Arc::new(Worker {
         store: store.clone(),
         provider,
@@ -40,7 +38,6 @@ pub async fn run<P: Provider>(
         retry_base: config.retry_base,
         retry_max: config.retry_max,
         settled: SettledNotifier::spawn(store.clone()),
-        stats: stats.clone(),
     });
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let in_flight: InFlight = Arc::default();
@@ -108,7 +105,6 @@ pub async fn run<P: Provider>(
 
     tracing::info!(in_flight = tasks.len(), "stopping: no new claims");
     drain_or_release(&store, tasks, in_flight, config.shutdown_grace).await;
-    stats.log_summary();
 }
 
 async fn drain_or_release(

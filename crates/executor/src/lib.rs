@@ -8,7 +8,6 @@ pub mod config;
 mod dispatcher;
 mod heartbeat;
 mod settled;
-mod stats;
 mod worker;
 
 pub use config::Config;

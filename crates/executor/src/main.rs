@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
@@ -6,15 +7,11 @@ use opgate_executor::{run, Config};
 use opgate_provider::HttpProvider;
 use opgate_store::{PoolSettings, Store};
 use tokio::signal::unix::{signal, SignalKind};
-use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    let telemetry = Arc::new(opgate_telemetry::init("executor", config.log_format)?);
     if let Err(problem) = config.validate() {
         bail!(problem);
     }
@@ -40,10 +37,26 @@ async fn main() -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
+    let metrics_address = opgate_telemetry::serve_metrics(telemetry.clone(), config.metrics_listen)
+        .await
+        .context("binding --metrics-listen")?;
+    let gauges = store.clone();
+    opgate_telemetry::refresh_pipeline_every(Duration::from_secs(5), move || {
+        let store = gauges.clone();
+        async move {
+            let counts = store.pipeline_counts().await.ok()?;
+            Some(opgate_telemetry::PipelineSnapshot {
+                operations_by_status: counts.unsettled_by_status,
+                outbox_depth: counts.outbox_depth,
+                outbox_oldest_age_seconds: counts.outbox_oldest_age_seconds,
+            })
+        }
+    });
     // The one line on stdout: scripts and tests wait for it.
-    println!("executor running as {owner}");
+    println!("executor running as {owner}; metrics at http://{metrics_address}/metrics");
     tracing::info!(%owner, provider = %config.provider_url, concurrency = config.concurrency, "executor started");
     run(config, store, provider, owner, shutdown).await;
     tracing::info!("executor stopped");
+    telemetry.shutdown();
     Ok(())
 }

@@ -12,7 +12,8 @@ use tokio::sync::watch;
 
 use crate::heartbeat::{spawn_heartbeat, LeaseLost};
 use crate::settled::SettledNotifier;
-use crate::stats::Stats;
+use opgate_telemetry::{metrics, propagation};
+use tracing::Instrument;
 use opgate_domain::backoff::retry_delay;
 
 pub struct Worker<P> {
@@ -24,7 +25,6 @@ pub struct Worker<P> {
     pub retry_base: Duration,
     pub retry_max: Duration,
     pub settled: SettledNotifier,
-    pub stats: Arc<Stats>,
 }
 
 /// The write a provider call leads to.
@@ -43,24 +43,54 @@ enum Decision {
 }
 
 impl<P: Provider> Worker<P> {
+    /// Runs in a messaging "process" span that continues the trace the operation was
+    /// registered in (its stored traceparent).
     pub async fn execute(&self, op: ClaimedOperation) {
-        let decision = match PaymentInstruction::from_payload(op.operation_id, &op.payload) {
-            None => Decision::Complete {
-                status: OperationStatus::Failed,
-                reference: None,
-                error: Some("stored request could not be read; never sent".into()),
-                reason: "unreadable request",
-            },
+        let span = tracing::info_span!(
+            "process payment",
+            otel.kind = "consumer",
+            messaging.system = "opgate",
+            messaging.operation.type = "process",
+            messaging.destination.name = "outbox",
+            opgate.operation_id = %op.operation_id,
+            opgate.agent_id = %op.agent_id,
+            opgate.fencing_token = op.fencing_token,
+            opgate.attempt = op.attempts,
+            opgate.transition = tracing::field::Empty,
+            opgate.provider_reference = tracing::field::Empty,
+            opgate.execution_duration_ms = tracing::field::Empty,
+        );
+        propagation::continue_trace(&span, op.trace_context.as_deref());
+        let started = std::time::Instant::now();
+        self.execute_in_span(&op).instrument(span.clone()).await;
+        span.record("opgate.execution_duration_ms", started.elapsed().as_millis() as u64);
+    }
+
+    async fn execute_in_span(&self, op: &ClaimedOperation) {
+        let op = op.clone();
+        let (decision, calls) = match PaymentInstruction::from_payload(op.operation_id, &op.payload) {
+            None => (
+                Decision::Complete {
+                    status: OperationStatus::Failed,
+                    reference: None,
+                    error: Some("stored request could not be read; never sent".into()),
+                    reason: "unreadable request",
+                },
+                0,
+            ),
             Some(_)
                 if op.previous_status == OperationStatus::InProgress
                     && !self.provider.keyed_retries_safe() =>
             {
-                Decision::Complete {
-                    status: OperationStatus::Unknown,
-                    reference: None,
-                    error: Some("a previous executor's lease expired during execution".into()),
-                    reason: "abandoned mid-call; not re-sent because keyed retries are off",
-                }
+                (
+                    Decision::Complete {
+                        status: OperationStatus::Unknown,
+                        reference: None,
+                        error: Some("a previous executor's lease expired during execution".into()),
+                        reason: "abandoned mid-call; not re-sent because keyed retries are off",
+                    },
+                    0,
+                )
             }
             Some(instruction) => {
                 let (lost, heartbeat) = spawn_heartbeat(
@@ -69,12 +99,13 @@ impl<P: Provider> Worker<P> {
                     op.fencing_token,
                     self.lease,
                 );
-                let decision = self.call_provider(&op, &instruction, lost).await;
+                let mut calls = 0;
+                let decision = self.call_provider(&op, &instruction, lost, &mut calls).await;
                 drop(heartbeat);
-                decision
+                (decision, calls)
             }
         };
-        self.write(&op, decision).await;
+        self.write(&op, decision, calls).await;
     }
 
     async fn call_provider(
@@ -82,6 +113,7 @@ impl<P: Provider> Worker<P> {
         op: &ClaimedOperation,
         instruction: &PaymentInstruction,
         mut lost: watch::Receiver<LeaseLost>,
+        calls_made: &mut u32,
     ) -> Decision {
         // A previous owner may have sent the request before its lease expired.
         let mut maybe_sent = op.previous_status == OperationStatus::InProgress;
@@ -96,6 +128,8 @@ impl<P: Provider> Worker<P> {
                 outcome = self.provider.execute(instruction) => outcome,
                 _ = lost.changed() => return Decision::LeaseLost,
             };
+            *calls_made += 1;
+            metrics().provider_call(outcome_name(&outcome), started.elapsed().as_secs_f64());
             tracing::info!(
                 operation_id = %op.operation_id, attempt = calls,
                 outcome = outcome_name(&outcome), elapsed_ms = started.elapsed().as_millis() as u64,
@@ -163,7 +197,6 @@ impl<P: Provider> Worker<P> {
                 }
                 ProviderOutcome::NotSent { cause } => cause,
                 ProviderOutcome::Uncertain { cause } => {
-                    self.stats.provider_uncertain();
                     maybe_sent = true;
                     cause
                 }
@@ -200,14 +233,14 @@ impl<P: Provider> Worker<P> {
 
     /// Writes the decision, retrying while the database is unavailable: until the
     /// write lands, is rejected as stale, or the lease has surely passed to another.
-    async fn write(&self, op: &ClaimedOperation, decision: Decision) {
+    async fn write(&self, op: &ClaimedOperation, decision: Decision, calls: u32) {
         let give_up_after = self.lease * 2;
         let started = std::time::Instant::now();
         let mut pause = Duration::from_millis(100);
         loop {
             let result = match &decision {
                 Decision::LeaseLost => {
-                    self.stats.lease_lost();
+                    metrics().stale_write_rejected("executor");
                     tracing::warn!(operation_id = %op.operation_id, fencing_token = op.fencing_token, "lease lost during execution; writing nothing");
                     // Only the audit trail learns of it; the operation is not touched.
                     if let Err(error) = self
@@ -256,11 +289,11 @@ impl<P: Provider> Worker<P> {
             };
             match result {
                 Ok(FencedWrite::Applied) => {
-                    self.after_applied(op, &decision);
+                    self.after_applied(op, &decision, calls);
                     return;
                 }
                 Ok(FencedWrite::RejectedStale) => {
-                    self.stats.stale_write_rejected();
+                    metrics().stale_write_rejected("executor");
                     tracing::warn!(operation_id = %op.operation_id, fencing_token = op.fencing_token, "stale write rejected by the fencing token");
                     return;
                 }
@@ -277,10 +310,17 @@ impl<P: Provider> Worker<P> {
         }
     }
 
-    fn after_applied(&self, op: &ClaimedOperation, decision: &Decision) {
+    fn after_applied(&self, op: &ClaimedOperation, decision: &Decision, calls: u32) {
         match decision {
             Decision::Complete { status, .. } => {
-                self.stats.completed(*status);
+                // Calls made for it in all: earlier claims' and this one's.
+                let attempts = (op.attempts.max(1) as u32 - 1 + calls) as u64;
+                metrics().operation_completed(status.as_str(), attempts);
+                let span = tracing::Span::current();
+                span.record("opgate.transition", format!("IN_PROGRESS->{status}"));
+                if let Decision::Complete { reference: Some(reference), .. } = decision {
+                    span.record("opgate.provider_reference", reference.as_str());
+                }
                 tracing::info!(operation_id = %op.operation_id, agent_id = %op.agent_id, status = %status, "operation completed");
                 if status.is_terminal() {
                     self.settled.settled(op.operation_id);

@@ -41,6 +41,10 @@ pub struct Config {
     #[arg(long, env = "INTAKE_DB_TIMEOUT_SECS", default_value_t = 2)]
     pub db_timeout_secs: u64,
 
+    /// Log format: json (one object per line, with trace and span ids) or pretty.
+    #[arg(long, env = "OPGATE_LOG_FORMAT", default_value = "json")]
+    pub log_format: opgate_telemetry::LogFormat,
+
     /// HTTP worker threads (default: one per core).
     #[arg(long, env = "INTAKE_WORKERS")]
     pub workers: Option<usize>,

@@ -5,6 +5,7 @@ pub mod config;
 
 mod auth;
 mod body;
+mod http_span;
 mod openapi;
 mod problem;
 mod routes;
@@ -12,18 +13,28 @@ mod view;
 mod wakeups;
 
 use std::net::TcpListener;
+use std::sync::Arc;
 
 use actix_web::dev::Server;
 use actix_web::{get, web, App, HttpResponse, HttpServer};
 use opgate_store::Store;
+use opgate_telemetry::Telemetry;
 use utoipa::OpenApi;
 
 pub use config::Config;
 
 pub struct AppState {
     pub store: Store,
+    pub telemetry: Arc<Telemetry>,
     pub executor_waker: wakeups::ExecutorWaker,
     pub settled: wakeups::SettledOperations,
+}
+
+#[get("/metrics")]
+async fn metrics_text(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(state.telemetry.render_metrics())
 }
 
 #[get("/openapi.json")]
@@ -36,6 +47,7 @@ async fn openapi_json() -> HttpResponse {
 /// Tokio runtime: it starts intake's LISTEN/NOTIFY tasks.
 pub fn serve(
     store: Store,
+    telemetry: Arc<Telemetry>,
     database_url: &str,
     listener: TcpListener,
     workers: Option<usize>,
@@ -44,9 +56,11 @@ pub fn serve(
         executor_waker: wakeups::ExecutorWaker::spawn(store.clone()),
         settled: wakeups::SettledOperations::spawn(database_url.to_owned()),
         store,
+        telemetry,
     });
     let mut server = HttpServer::new(move || {
         App::new()
+            .wrap(actix_web::middleware::from_fn(http_span::trace_request))
             .app_data(state.clone())
             .app_data(body::json_config())
             .service(routes::payments::create_payment)
@@ -57,6 +71,7 @@ pub fn serve(
             .service(routes::health::healthz)
             .service(routes::health::readyz)
             .service(openapi_json)
+            .service(metrics_text)
     })
     .listen(listener)?;
     if let Some(workers) = workers {

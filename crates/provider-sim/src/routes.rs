@@ -145,7 +145,11 @@ async fn create_payment(state: &SimState, req: Request<Incoming>) -> Handled {
         Ok(key) => key,
         Err(handled) => return handled,
     };
-    state.record_request(&key);
+    let traceparent = req
+        .headers()
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok());
+    state.record_request(&key, traceparent);
     let request = match read_json::<CreatePaymentRequest>(req).await {
         Ok(body) => match body.validate() {
             Ok(request) => request,

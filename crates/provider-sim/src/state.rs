@@ -25,6 +25,7 @@ struct Inner {
     keys_by_id: HashMap<String, String>,
     charges: Vec<Charge>,
     requests_by_key: BTreeMap<String, u64>,
+    traceparents_by_key: BTreeMap<String, Vec<String>>,
     faults: FaultSet,
 }
 
@@ -59,6 +60,9 @@ pub struct Ledger {
     pub charges: Vec<Charge>,
     pub count: usize,
     pub requests_by_key: BTreeMap<String, u64>,
+    /// The W3C `traceparent` of each request under each key, in order (requests
+    /// without one are not listed): shows that callers propagate their trace.
+    pub traceparents_by_key: BTreeMap<String, Vec<String>>,
 }
 
 impl SimState {
@@ -85,13 +89,18 @@ impl SimState {
         Duration::from_millis(self.lock().faults.delay_ms)
     }
 
-    /// Counts one `POST /v1/payments` received under `key`, whatever its fate.
-    pub fn record_request(&self, key: &str) {
-        *self
-            .lock()
-            .requests_by_key
-            .entry(key.to_owned())
-            .or_default() += 1;
+    /// Counts one `POST /v1/payments` received under `key`, whatever its fate, and
+    /// the trace context it carried.
+    pub fn record_request(&self, key: &str, traceparent: Option<&str>) {
+        let mut inner = self.lock();
+        *inner.requests_by_key.entry(key.to_owned()).or_default() += 1;
+        if let Some(traceparent) = traceparent {
+            inner
+                .traceparents_by_key
+                .entry(key.to_owned())
+                .or_default()
+                .push(traceparent.to_owned());
+        }
     }
 
     /// Steps b–e of the provider contract: error-before-commit, replay or conflict,
@@ -189,6 +198,7 @@ impl SimState {
             charges: inner.charges.clone(),
             count: inner.charges.len(),
             requests_by_key: inner.requests_by_key.clone(),
+            traceparents_by_key: inner.traceparents_by_key.clone(),
         }
     }
 }

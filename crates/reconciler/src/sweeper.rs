@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use opgate_domain::OperationStatus;
-use opgate_provider::{PaymentInstruction, Provider};
+use opgate_provider::{LookupOutcome, PaymentInstruction, Provider};
+use opgate_telemetry::{metrics, propagation};
+use tracing::Instrument;
 use opgate_store::{ClaimedReconciliation, Completion, FencedWrite, Store};
 
 use crate::config::Config;
@@ -38,7 +40,7 @@ impl<P: Provider> Sweeper<P> {
         let count = claimed.len();
         // Everything claimed runs at once, so every lookup ends inside its lease.
         let settled: Vec<_> =
-            futures_util::future::join_all(claimed.into_iter().map(|op| self.reconcile(op)))
+            futures_util::future::join_all(claimed.into_iter().map(|op| self.reconcile_traced(op)))
                 .await
                 .into_iter()
                 .flatten()
@@ -50,13 +52,35 @@ impl<P: Provider> Sweeper<P> {
         Ok(count)
     }
 
+    /// One check in its own span, linked to the trace the operation was registered in
+    /// (a check is a new piece of work about that operation, not part of its request).
+    async fn reconcile_traced(&self, op: ClaimedReconciliation) -> Option<uuid::Uuid> {
+        let span = tracing::info_span!(
+            "reconcile payment",
+            otel.kind = "internal",
+            opgate.operation_id = %op.operation_id,
+            opgate.agent_id = %op.agent_id,
+            opgate.fencing_token = op.fencing_token,
+            opgate.check = op.checks,
+            opgate.transition = tracing::field::Empty,
+            opgate.provider_reference = tracing::field::Empty,
+            opgate.reconciliation_outcome = tracing::field::Empty,
+        );
+        propagation::link_trace(&span, op.trace_context.as_deref());
+        self.reconcile(op).instrument(span).await
+    }
+
     /// Returns the operation's id when it reached a terminal state.
     async fn reconcile(&self, op: ClaimedReconciliation) -> Option<uuid::Uuid> {
         let age = (Utc::now() - op.unknown_since).to_std().unwrap_or_default();
         let verdict = match PaymentInstruction::from_payload(op.operation_id, &op.payload) {
             Some(instruction) => {
                 let lookup = self.provider.lookup(&instruction).await;
-                decide(&lookup, op.checks.max(1) as u32, age, &self.policy)
+                let verdict = decide(&lookup, op.checks.max(1) as u32, age, &self.policy);
+                let outcome = outcome_label(&lookup, verdict.status);
+                metrics().reconciliation(outcome);
+                tracing::Span::current().record("opgate.reconciliation_outcome", outcome);
+                verdict
             }
             None => Verdict {
                 status: OperationStatus::ManualReview,
@@ -85,6 +109,11 @@ impl<P: Provider> Sweeper<P> {
             .await;
         match written {
             Ok(FencedWrite::Applied) => {
+                let span = tracing::Span::current();
+                span.record("opgate.transition", format!("RECONCILING->{}", verdict.status));
+                if let Some(reference) = &verdict.provider_reference {
+                    span.record("opgate.provider_reference", reference.as_str());
+                }
                 tracing::info!(
                     operation_id = %op.operation_id, agent_id = %op.agent_id, check = op.checks,
                     status = %verdict.status,
@@ -93,10 +122,13 @@ impl<P: Provider> Sweeper<P> {
                 );
                 return verdict.status.is_terminal().then_some(op.operation_id);
             }
-            Ok(FencedWrite::RejectedStale) => tracing::warn!(
-                operation_id = %op.operation_id, fencing_token = op.fencing_token,
-                "stale write rejected by the fencing token"
-            ),
+            Ok(FencedWrite::RejectedStale) => {
+                metrics().stale_write_rejected("reconciler");
+                tracing::warn!(
+                    operation_id = %op.operation_id, fencing_token = op.fencing_token,
+                    "stale write rejected by the fencing token"
+                )
+            }
             // The lease expires and another sweep rescues the operation.
             Err(error) => {
                 tracing::warn!(operation_id = %op.operation_id, %error, "could not record the verdict")
@@ -143,5 +175,17 @@ pub async fn run<P: Provider>(
             _ = tokio::time::sleep(pause) => {}
             _ = &mut shutdown => break,
         }
+    }
+}
+
+/// The reconciliation outcome as the metrics count it.
+fn outcome_label(lookup: &LookupOutcome, verdict: OperationStatus) -> &'static str {
+    match (verdict, lookup) {
+        (OperationStatus::Succeeded, _) => "succeeded",
+        (OperationStatus::Failed, _) => "failed",
+        (OperationStatus::ManualReview, _) => "manual_review",
+        (_, LookupOutcome::NotFound) => "not_found",
+        (_, LookupOutcome::Unavailable { .. }) => "lookup_failed",
+        _ => "pending",
     }
 }

@@ -13,5 +13,5 @@ mod metrics_server;
 pub mod propagation;
 
 pub use init::{init, LogFormat, Telemetry, TelemetryError};
-pub use metrics::{metrics, Metrics, PipelineSnapshot};
+pub use metrics::{metrics, refresh_pipeline_every, Metrics, PipelineSnapshot};
 pub use metrics_server::serve_metrics;

@@ -5,7 +5,9 @@
 //! Every metric is described in docs/observability.md.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use opentelemetry::metrics::{Counter, Histogram};
 use opentelemetry::{global, KeyValue};
@@ -202,4 +204,22 @@ impl Metrics {
     pub fn set_pipeline(&self, snapshot: PipelineSnapshot) {
         *self.pipeline.lock().unwrap() = Some(snapshot);
     }
+}
+
+/// Refreshes the pipeline gauges every `interval` with what `read` returns (`None`:
+/// the reading failed; the previous one stays).
+pub fn refresh_pipeline_every<F, Fut>(interval: Duration, read: F)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = Option<PipelineSnapshot>> + Send,
+{
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        loop {
+            ticker.tick().await;
+            if let Some(snapshot) = read().await {
+                metrics().set_pipeline(snapshot);
+            }
+        }
+    });
 }

@@ -15,6 +15,7 @@ use crate::problem::Problem;
 use crate::view::{operation_response, OperationView};
 use crate::wakeups::requested_wait;
 use crate::AppState;
+use opgate_telemetry::{metrics, propagation};
 
 /// The body of a payment request. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -96,11 +97,12 @@ pub async fn create_payment(
         .permits_amount(payment.money())
         .map_err(|denial| Problem::forbidden(denial.to_string()))?;
 
-    let traceparent = request
-        .headers()
-        .get("traceparent")
-        .and_then(|value| value.to_str().ok())
-        .filter(|value| is_traceparent(value));
+    // The server span continues the agent's traceparent, if it sent one; storing its
+    // context carries the trace through the outbox to the executor and reconciler.
+    let server_span = tracing::Span::current();
+    server_span.record("opgate.agent_id", agent.agent_id.as_str());
+    server_span.record("opgate.idempotency_key", idempotency_key.as_str());
+    let traceparent = propagation::traceparent_of(&server_span);
     let registration = state
         .store
         .register_operation(&NewOperation {
@@ -108,7 +110,7 @@ pub async fn create_payment(
             agent_id: &agent.agent_id,
             idempotency_key: &idempotency_key,
             request: &payment,
-            trace_context: traceparent,
+            trace_context: traceparent.as_deref(),
         })
         .await?;
     let (record, replayed) = match registration {
@@ -119,6 +121,7 @@ pub async fn create_payment(
             (record, false)
         }
         Registration::Replayed(record) => {
+            metrics().duplicate_prevented();
             tracing::info!(agent_id = %agent.agent_id, operation_id = %record.operation_id, status = %record.status, "idempotent replay");
             (record, true)
         }
@@ -127,6 +130,7 @@ pub async fn create_payment(
             return Err(Problem::key_reused());
         }
     };
+    server_span.record("opgate.operation_id", record.operation_id.to_string());
     let waited = requested_wait(&request);
     let record = match waited {
         Some(secs) => {
@@ -150,40 +154,4 @@ fn idempotency_key(request: &HttpRequest) -> Result<IdempotencyKey, Problem> {
         Problem::bad_idempotency_key("Idempotency-Key must be visible ASCII characters.")
     })?;
     IdempotencyKey::parse(text).map_err(|e| Problem::bad_idempotency_key(e.to_string()))
-}
-
-/// A W3C `traceparent` (version 00): kept only when well-formed, since it is stored.
-fn is_traceparent(value: &str) -> bool {
-    let parts: Vec<&str> = value.split('-').collect();
-    let hex = |s: &str, len: usize| {
-        s.len() == len
-            && s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    parts.len() == 4
-        && hex(parts[0], 2)
-        && hex(parts[1], 32)
-        && hex(parts[2], 16)
-        && hex(parts[3], 2)
-        && parts[1] != "0".repeat(32)
-        && parts[2] != "0".repeat(16)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_traceparent;
-
-    #[test]
-    fn only_well_formed_traceparents_are_kept() {
-        assert!(is_traceparent(
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-        ));
-        assert!(!is_traceparent(
-            "00-00000000000000000000000000000000-00f067aa0ba902b7-01"
-        ));
-        assert!(!is_traceparent(
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"
-        ));
-        assert!(!is_traceparent("junk"));
-    }
 }
