@@ -79,8 +79,8 @@ impl Service {
         let (log_path, log) = log_file(name);
         let mut child = tokio::process::Command::new(binary(name))
             .args(args)
-            .envs(envs.iter().copied())
             .env("RUST_LOG", "info")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
@@ -148,9 +148,20 @@ impl Intake {
     }
 
     pub async fn start_with(database_url: &str, extra_args: &[&str]) -> Self {
+        Self::start_with_env(database_url, extra_args, &[]).await
+    }
+
+    /// With extra environment variables (OTEL_*, RUST_LOG, …).
+    pub async fn start_with_env(
+        database_url: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut args = vec!["--listen", "127.0.0.1:0"];
         args.extend_from_slice(extra_args);
-        let service = Service::spawn("intake", &args, &[("DATABASE_URL", database_url)]).await;
+        let mut envs = vec![("DATABASE_URL", database_url)];
+        envs.extend_from_slice(env);
+        let service = Service::spawn("intake", &args, &envs).await;
         let base_url = service
             .ready_line
             .strip_prefix("intake listening on ")
@@ -218,9 +229,21 @@ pub struct Executor {
 
 impl Executor {
     pub async fn start(database_url: &str, provider_url: &str, extra_args: &[&str]) -> Self {
+        Self::start_with_env(database_url, provider_url, extra_args, &[]).await
+    }
+
+    /// With extra environment variables (OTEL_*, RUST_LOG, …).
+    pub async fn start_with_env(
+        database_url: &str,
+        provider_url: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut args = vec!["--provider-url", provider_url, "--poll-interval", "200ms"];
         args.extend_from_slice(extra_args);
-        let service = Service::spawn("executor", &args, &[("DATABASE_URL", database_url)]).await;
+        let mut envs = vec![("DATABASE_URL", database_url)];
+        envs.extend_from_slice(env);
+        let service = Service::spawn("executor", &args, &envs).await;
         assert!(
             service.ready_line.starts_with("executor running as"),
             "{}",
@@ -246,9 +269,21 @@ pub struct Reconciler {
 
 impl Reconciler {
     pub async fn start(database_url: &str, provider_url: &str, extra_args: &[&str]) -> Self {
+        Self::start_with_env(database_url, provider_url, extra_args, &[]).await
+    }
+
+    /// With extra environment variables (OTEL_*, RUST_LOG, …).
+    pub async fn start_with_env(
+        database_url: &str,
+        provider_url: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut args = vec!["--provider-url", provider_url, "--interval", "50ms"];
         args.extend_from_slice(extra_args);
-        let service = Service::spawn("reconciler", &args, &[("DATABASE_URL", database_url)]).await;
+        let mut envs = vec![("DATABASE_URL", database_url)];
+        envs.extend_from_slice(env);
+        let service = Service::spawn("reconciler", &args, &envs).await;
         assert!(
             service.ready_line.starts_with("reconciler running as"),
             "{}",

@@ -24,9 +24,14 @@ impl Stack {
     }
 
     pub async fn start_on(db: TestDb, faults: &[&str]) -> Self {
+        Self::start_with_env(db, faults, &[]).await
+    }
+
+    /// With extra environment variables for intake (OTEL_*, RUST_LOG, …).
+    pub async fn start_with_env(db: TestDb, faults: &[&str], intake_env: &[(&str, &str)]) -> Self {
         let key = db.create_agent("agent", &[]);
         let sim = ProviderSim::start(faults).await;
-        let intake = Intake::start(&db.url).await;
+        let intake = Intake::start_with_env(&db.url, &[], intake_env).await;
         Self {
             db,
             key,

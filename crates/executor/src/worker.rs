@@ -12,9 +12,9 @@ use tokio::sync::watch;
 
 use crate::heartbeat::{spawn_heartbeat, LeaseLost};
 use crate::settled::SettledNotifier;
+use opgate_domain::backoff::retry_delay;
 use opgate_telemetry::{metrics, propagation};
 use tracing::Instrument;
-use opgate_domain::backoff::retry_delay;
 
 pub struct Worker<P> {
     pub store: Store,
@@ -63,12 +63,16 @@ impl<P: Provider> Worker<P> {
         propagation::continue_trace(&span, op.trace_context.as_deref());
         let started = std::time::Instant::now();
         self.execute_in_span(&op).instrument(span.clone()).await;
-        span.record("opgate.execution_duration_ms", started.elapsed().as_millis() as u64);
+        span.record(
+            "opgate.execution_duration_ms",
+            started.elapsed().as_millis() as u64,
+        );
     }
 
     async fn execute_in_span(&self, op: &ClaimedOperation) {
         let op = op.clone();
-        let (decision, calls) = match PaymentInstruction::from_payload(op.operation_id, &op.payload) {
+        let (decision, calls) = match PaymentInstruction::from_payload(op.operation_id, &op.payload)
+        {
             None => (
                 Decision::Complete {
                     status: OperationStatus::Failed,
@@ -100,7 +104,9 @@ impl<P: Provider> Worker<P> {
                     self.lease,
                 );
                 let mut calls = 0;
-                let decision = self.call_provider(&op, &instruction, lost, &mut calls).await;
+                let decision = self
+                    .call_provider(&op, &instruction, lost, &mut calls)
+                    .await;
                 drop(heartbeat);
                 (decision, calls)
             }
@@ -318,7 +324,11 @@ impl<P: Provider> Worker<P> {
                 metrics().operation_completed(status.as_str(), attempts);
                 let span = tracing::Span::current();
                 span.record("opgate.transition", format!("IN_PROGRESS->{status}"));
-                if let Decision::Complete { reference: Some(reference), .. } = decision {
+                if let Decision::Complete {
+                    reference: Some(reference),
+                    ..
+                } = decision
+                {
                     span.record("opgate.provider_reference", reference.as_str());
                 }
                 tracing::info!(operation_id = %op.operation_id, agent_id = %op.agent_id, status = %status, "operation completed");

@@ -87,6 +87,11 @@ pub struct Config {
     #[arg(long, env = "RECONCILER_METRICS_LISTEN", default_value = "127.0.0.1:0")]
     pub metrics_listen: std::net::SocketAddr,
 
+    /// How often the pipeline gauges (operations by status, outbox depth and age) are
+    /// read from the database.
+    #[arg(long, env = "RECONCILER_GAUGE_INTERVAL", default_value = "5s", value_parser = duration)]
+    pub gauge_interval: Duration,
+
     /// Log format: json (one object per line, with trace and span ids) or pretty.
     #[arg(long, env = "OPGATE_LOG_FORMAT", default_value = "json")]
     pub log_format: opgate_telemetry::LogFormat,

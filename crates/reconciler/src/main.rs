@@ -1,5 +1,4 @@
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
@@ -41,7 +40,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("binding --metrics-listen")?;
     let gauges = store.clone();
-    opgate_telemetry::refresh_pipeline_every(Duration::from_secs(5), move || {
+    opgate_telemetry::refresh_pipeline_every(config.gauge_interval, move || {
         let store = gauges.clone();
         async move {
             let counts = store.pipeline_counts().await.ok()?;

@@ -9,9 +9,9 @@ use std::time::Duration;
 use chrono::Utc;
 use opgate_domain::OperationStatus;
 use opgate_provider::{LookupOutcome, PaymentInstruction, Provider};
+use opgate_store::{ClaimedReconciliation, Completion, FencedWrite, Store};
 use opgate_telemetry::{metrics, propagation};
 use tracing::Instrument;
-use opgate_store::{ClaimedReconciliation, Completion, FencedWrite, Store};
 
 use crate::config::Config;
 use crate::decision::{decide, Policy, Verdict};
@@ -52,8 +52,9 @@ impl<P: Provider> Sweeper<P> {
         Ok(count)
     }
 
-    /// One check in its own span, linked to the trace the operation was registered in
-    /// (a check is a new piece of work about that operation, not part of its request).
+    /// One check in its own span, a child of the context the operation was registered
+    /// with, so that the whole life of an operation (request, execution, every check)
+    /// is one trace.
     async fn reconcile_traced(&self, op: ClaimedReconciliation) -> Option<uuid::Uuid> {
         let span = tracing::info_span!(
             "reconcile payment",
@@ -66,7 +67,7 @@ impl<P: Provider> Sweeper<P> {
             opgate.provider_reference = tracing::field::Empty,
             opgate.reconciliation_outcome = tracing::field::Empty,
         );
-        propagation::link_trace(&span, op.trace_context.as_deref());
+        propagation::continue_trace(&span, op.trace_context.as_deref());
         self.reconcile(op).instrument(span).await
     }
 
@@ -110,7 +111,10 @@ impl<P: Provider> Sweeper<P> {
         match written {
             Ok(FencedWrite::Applied) => {
                 let span = tracing::Span::current();
-                span.record("opgate.transition", format!("RECONCILING->{}", verdict.status));
+                span.record(
+                    "opgate.transition",
+                    format!("RECONCILING->{}", verdict.status),
+                );
                 if let Some(reference) = &verdict.provider_reference {
                     span.record("opgate.provider_reference", reference.as_str());
                 }

@@ -68,7 +68,7 @@ impl Store {
     }
 
     /// Cheap enough to run every few seconds at any table size (partial index).
-    #[tracing::instrument(name = "SELECT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "operations"))]
+    #[tracing::instrument(level = "debug", name = "SELECT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "operations"))]
     pub async fn pipeline_counts(&self) -> Result<PipelineCounts, StoreError> {
         let client = self.client().await?;
         let rows = client.query(COUNT_UNSETTLED, &[]).await?;

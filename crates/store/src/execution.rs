@@ -124,7 +124,7 @@ pub(crate) fn millis(duration: Duration) -> f64 {
 impl Store {
     /// Claims up to `batch` due events (new, or abandoned by an expired lease), taking
     /// a lease on each operation with a new fencing token, in one committed statement.
-    #[tracing::instrument(name = "UPDATE outbox", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "outbox"))]
+    #[tracing::instrument(level = "debug", name = "UPDATE outbox", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "outbox"))]
     pub async fn claim_due_operations(
         &self,
         owner: &str,

@@ -35,7 +35,7 @@ pub enum Wakeup {
 }
 
 impl Store {
-    #[tracing::instrument(name = "SELECT pg_notify", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "pg_notify"))]
+    #[tracing::instrument(level = "debug", name = "SELECT pg_notify", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "pg_notify"))]
     pub async fn notify_outbox(&self) -> Result<(), StoreError> {
         let client = self.client().await?;
         client.execute(NOTIFY_OUTBOX, &[]).await?;
@@ -43,7 +43,7 @@ impl Store {
     }
 
     /// One statement for the whole batch.
-    #[tracing::instrument(name = "SELECT pg_notify", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "pg_notify"))]
+    #[tracing::instrument(level = "debug", name = "SELECT pg_notify", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "pg_notify"))]
     pub async fn notify_settled(&self, operation_ids: &[Uuid]) -> Result<(), StoreError> {
         if operation_ids.is_empty() {
             return Ok(());

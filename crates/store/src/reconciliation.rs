@@ -76,7 +76,7 @@ SELECT * FROM claimed";
 impl Store {
     /// Claims up to `batch` due UNKNOWN operations plus up to `batch` abandoned
     /// RECONCILING ones, each under a lease with a new fencing token.
-    #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
+    #[tracing::instrument(level = "debug", name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn claim_due_reconciliations(
         &self,
         owner: &str,

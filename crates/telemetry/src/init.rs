@@ -10,9 +10,12 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
+use tracing::Level;
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer;
 
 use crate::logs;
 
@@ -51,6 +54,30 @@ pub struct Telemetry {
     meter_provider: SdkMeterProvider,
     registry: prometheus::Registry,
     exporting: bool,
+}
+
+/// RUST_LOG (default `info`), with the libraries that would log payloads or headers
+/// at debug and trace (query parameters, request heads) held at info: no log level
+/// can make them print an amount, a customer id or a key.
+fn log_filter() -> EnvFilter {
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    for quiet in [
+        "tokio_postgres=info",
+        "postgres_protocol=info",
+        "actix_http=info",
+        "actix_web=info",
+        "hyper=info",
+        "hyper_util=info",
+        "h2=info",
+        "reqwest=info",
+        "tonic=info",
+        "opentelemetry=info",
+        "opentelemetry_sdk=info",
+        "opentelemetry_otlp=info",
+    ] {
+        filter = filter.add_directive(quiet.parse().expect("a valid directive"));
+    }
+    filter
 }
 
 /// Where the OTLP exporters send, when anything is configured.
@@ -122,13 +149,23 @@ pub fn init(service: &'static str, log_format: LogFormat) -> Result<Telemetry, T
     let meter_provider = meter_builder.build();
     global::set_meter_provider(meter_provider.clone());
 
+    // Spans are opgate's own, at info and above, whatever RUST_LOG says: the trace
+    // does not change with the log level, and no library's span (which might carry
+    // a query's parameters) is exported.
     let tracer = tracer_provider.tracer(service);
-    let otel_layer = tracing_opentelemetry::layer().with_tracer(tracer);
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let registry_subscriber = tracing_subscriber::registry().with(filter).with(otel_layer);
+    let otel_layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(filter_fn(|meta| {
+            meta.target().starts_with("opgate") && *meta.level() <= Level::INFO
+        }));
+    let registry_subscriber = tracing_subscriber::registry().with(otel_layer);
     match log_format {
-        LogFormat::Json => registry_subscriber.with(logs::json_layer()).init(),
-        LogFormat::Pretty => registry_subscriber.with(logs::pretty_layer()).init(),
+        LogFormat::Json => registry_subscriber
+            .with(logs::json_layer().with_filter(log_filter()))
+            .init(),
+        LogFormat::Pretty => registry_subscriber
+            .with(logs::pretty_layer().with_filter(log_filter()))
+            .init(),
     }
     tracing::debug!(traces_exported, metrics_exported, "telemetry initialised");
     Ok(Telemetry {
