@@ -28,7 +28,8 @@ pub fn spawn_heartbeat(
     lease: Duration,
 ) -> (watch::Receiver<LeaseLost>, HeartbeatGuard) {
     let (sender, receiver) = watch::channel(LeaseLost(false));
-    let handle = tokio::spawn(async move {
+    // In the worker's span, so its statements belong to the operation's trace.
+    let handle = tokio::spawn(tracing::Instrument::in_current_span(async move {
         let mut ticker = tokio::time::interval(lease / 3);
         ticker.tick().await; // the claim itself just set the lease
         loop {
@@ -44,6 +45,6 @@ pub fn spawn_heartbeat(
                 Err(error) => tracing::warn!(%operation_id, %error, "heartbeat failed"),
             }
         }
-    });
+    }));
     (receiver, HeartbeatGuard(handle))
 }

@@ -5,15 +5,11 @@
 use anyhow::Context;
 use opgate_provider_sim::config::Config;
 use opgate_provider_sim::{run, shutdown_signal, SimState};
-use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let (config, faults) = Config::from_args();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
+    let telemetry = opgate_telemetry::init("provider-sim", opgate_telemetry::LogFormat::Json)?;
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -21,5 +17,6 @@ async fn main() -> anyhow::Result<()> {
     println!("provider-sim listening on http://{addr}");
     tracing::info!(?faults, "faults armed");
     run(listener, SimState::new(faults), shutdown_signal()).await;
+    telemetry.shutdown();
     Ok(())
 }

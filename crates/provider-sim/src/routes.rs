@@ -87,7 +87,23 @@ pub async fn handle(
 ) -> Result<Response<Full<Bytes>>, DropConnection> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let handled = route(&state, &path, req).await;
+    // A server span continuing the caller's trace: the provider's side of a call
+    // shows in the same trace as the executor's client span.
+    let span = tracing::info_span!(
+        "provider-sim request",
+        otel.name = %format!("{method} {path}"),
+        otel.kind = "server",
+        http.request.method = %method,
+        url.path = %path,
+    );
+    let caller = opgate_telemetry::propagation::context_from_headers(
+        req.headers()
+            .iter()
+            .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?))),
+    );
+    let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, caller);
+    let handled = tracing::Instrument::instrument(route(&state, &path, req), span.clone()).await;
+    let _entered = span.enter();
 
     let status = match &handled.reply {
         Reply::Json(status, _) => status.as_str().to_owned(),

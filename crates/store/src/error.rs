@@ -10,8 +10,10 @@ pub enum StoreError {
     AgentExists(String),
     #[error("operator {0} already exists")]
     OperatorExists(String),
-    #[error("database error: {0}")]
-    Query(#[source] tokio_postgres::Error),
+    /// Displays only the SQLSTATE and the server's message, never its DETAIL (which
+    /// can quote row values, such as the key of a violated constraint).
+    #[error("database error: {}", describe(.0))]
+    Query(tokio_postgres::Error),
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
     #[error("migration failed: {0}")]
@@ -61,4 +63,11 @@ fn is_connection_failure(error: &tokio_postgres::Error) -> bool {
         source = cause.source();
     }
     false
+}
+
+fn describe(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("SQLSTATE {}: {}", db.code().code(), db.message()),
+        None => error.to_string(),
+    }
 }

@@ -11,7 +11,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 use tracing::Level;
-use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::filter::{filter_fn, FilterExt};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
@@ -56,28 +56,32 @@ pub struct Telemetry {
     exporting: bool,
 }
 
-/// RUST_LOG (default `info`), with the libraries that would log payloads or headers
-/// at debug and trace (query parameters, request heads) held at info: no log level
-/// can make them print an amount, a customer id or a key.
-fn log_filter() -> EnvFilter {
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    for quiet in [
-        "tokio_postgres=info",
-        "postgres_protocol=info",
-        "actix_http=info",
-        "actix_web=info",
-        "hyper=info",
-        "hyper_util=info",
-        "h2=info",
-        "reqwest=info",
-        "tonic=info",
-        "opentelemetry=info",
-        "opentelemetry_sdk=info",
-        "opentelemetry_otlp=info",
-    ] {
-        filter = filter.add_directive(quiet.parse().expect("a valid directive"));
-    }
-    filter
+/// Libraries that would log payloads or headers below info (query parameters,
+/// request heads): their events below info are dropped whatever RUST_LOG says, even
+/// for a more specific directive such as `tokio_postgres::query=debug`.
+const HELD_AT_INFO: [&str; 10] = [
+    "tokio_postgres",
+    "postgres_protocol",
+    "actix_http",
+    "actix_web",
+    "hyper",
+    "h2",
+    "reqwest",
+    "tonic",
+    "opentelemetry",
+    "deadpool",
+];
+
+/// Which events reach the log: RUST_LOG (default `info`), and nothing below info
+/// from the libraries above, so no log level can print an amount, a customer id or a
+/// key.
+fn log_filter<S>() -> impl tracing_subscriber::layer::Filter<S> {
+    let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let held = filter_fn(|meta| {
+        *meta.level() <= Level::INFO
+            || !HELD_AT_INFO.iter().any(|library| meta.target().starts_with(library))
+    });
+    env.and(held)
 }
 
 /// Where the OTLP exporters send, when anything is configured.
@@ -102,7 +106,15 @@ fn otlp_grpc(signal: &str) -> bool {
 pub fn init(service: &'static str, log_format: LogFormat) -> Result<Telemetry, TelemetryError> {
     global::set_text_map_propagator(TraceContextPropagator::new());
     let service_name = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| service.to_owned());
-    let resource = Resource::builder().with_service_name(service_name).build();
+    let mut resource = Resource::builder().with_service_name(service_name);
+    // Replicas must be told apart in the backend (a metric series per process).
+    if !std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|v| v.contains("service.instance.id")) {
+        resource = resource.with_attribute(opentelemetry::KeyValue::new(
+            "service.instance.id",
+            instance_id(),
+        ));
+    }
+    let resource = resource.build();
 
     let mut tracer_builder = SdkTracerProvider::builder().with_resource(resource.clone());
     let traces_exported = otlp_configured("TRACES");
@@ -198,4 +210,16 @@ impl Telemetry {
             eprintln!("telemetry: metrics shutdown: {error}");
         }
     }
+}
+
+/// A per-process id: host name (when known), process id, and start time.
+fn instance_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "host".into());
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    format!("{host}-{}-{started}", std::process::id())
 }
