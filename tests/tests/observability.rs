@@ -302,12 +302,23 @@ async fn no_secret_reaches_a_log_line_or_a_span_at_any_log_level() {
     let receiver = OtlpReceiver::start().await;
     let mut env = otel_env(&receiver);
     // Everything at trace, and the database driver's query logging asked for by name.
-    env.push(("RUST_LOG", "trace,tokio_postgres::query=debug,tokio_postgres=trace".into()));
+    env.push((
+        "RUST_LOG",
+        "trace,tokio_postgres::query=debug,tokio_postgres=trace".into(),
+    ));
     let env = as_refs(&env);
     // The provider drops its answer: the reconciler's path runs too.
-    let stack = Stack::start_with_env(TestDb::create().await, &["drop-after-commit=1.0"], &env).await;
-    let executor = Executor::start_with_env(&stack.db.url, &stack.sim.base_url, &["--keyed-retries", "false"], &env).await;
-    let reconciler = Reconciler::start_with_env(&stack.db.url, &stack.sim.base_url, &[], &env).await;
+    let stack =
+        Stack::start_with_env(TestDb::create().await, &["drop-after-commit=1.0"], &env).await;
+    let executor = Executor::start_with_env(
+        &stack.db.url,
+        &stack.sim.base_url,
+        &["--keyed-retries", "false"],
+        &env,
+    )
+    .await;
+    let reconciler =
+        Reconciler::start_with_env(&stack.db.url, &stack.sim.base_url, &[], &env).await;
     let (c, base, key) = (
         &stack.client,
         stack.intake.base_url.as_str(),
@@ -403,7 +414,12 @@ async fn no_secret_reaches_a_log_line_or_a_span_at_any_log_level() {
         key_secret,
         forged_key.as_str(),
     ];
-    let logs = format!("{}{}{}", stack.intake.service.logs(), executor.service.logs(), reconciler.service.logs());
+    let logs = format!(
+        "{}{}{}",
+        stack.intake.service.logs(),
+        executor.service.logs(),
+        reconciler.service.logs()
+    );
     assert!(
         logs.lines().count() > 20,
         "expected trace-level logs to be captured"

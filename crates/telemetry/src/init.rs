@@ -79,7 +79,9 @@ fn log_filter<S>() -> impl tracing_subscriber::layer::Filter<S> {
     let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let held = filter_fn(|meta| {
         *meta.level() <= Level::INFO
-            || !HELD_AT_INFO.iter().any(|library| meta.target().starts_with(library))
+            || !HELD_AT_INFO
+                .iter()
+                .any(|library| meta.target().starts_with(library))
     });
     env.and(held)
 }
