@@ -166,6 +166,22 @@ async fn one_payment_is_one_trace_across_every_service() {
         && s.kind == SpanKind::Client
         && s.name == "GET"));
 
+    // Log lines name the trace: intake's line for this registration carries the
+    // agent's trace id and the server span's id.
+    let registered = stack
+        .intake
+        .service
+        .logs()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|line| {
+            line["message"] == "operation registered"
+                && line["fields"]["operation_id"] == id.to_string().as_str()
+        })
+        .expect("a JSON log line for the registration");
+    assert_eq!(registered["trace_id"], agent_trace);
+    assert_eq!(registered["span_id"], server.span_id.as_str());
+
     // Metrics went out over OTLP too.
     eventually(SETTLE, "opgate metrics over OTLP", || async {
         let names: HashSet<String> = receiver.metric_names().into_iter().collect();
