@@ -37,6 +37,27 @@ enum Command {
     /// Create operators' keys for the admin API.
     #[command(subcommand)]
     Operators(operators::OperatorsCommand),
+    /// Print a pgbench script made of the store's own statements (for make bench).
+    #[command(subcommand, hide = true)]
+    BenchSql(BenchSql),
+}
+
+#[derive(Subcommand)]
+enum BenchSql {
+    /// Registering a new operation, as intake does.
+    RegisterNew {
+        #[arg(long)]
+        agent: String,
+    },
+    /// Replaying an existing key, as intake does: keys PREFIX1 … PREFIX<KEYS>.
+    RegisterReplay {
+        #[arg(long)]
+        agent: String,
+        #[arg(long)]
+        key_prefix: String,
+        #[arg(long)]
+        keys: u64,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -48,6 +69,16 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    if let Command::BenchSql(script) = &cli.command {
+        let text = match script {
+            BenchSql::RegisterNew { agent } => opgate_store::bench_sql::register_new_operation(agent),
+            BenchSql::RegisterReplay { agent, key_prefix, keys } => {
+                opgate_store::bench_sql::register_replay(agent, key_prefix, *keys)
+            }
+        };
+        print!("{text}");
+        return Ok(());
+    }
     let settings = PoolSettings {
         max_connections: 2,
         ..PoolSettings::default()
@@ -61,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Agents(command) => agents::run(&store, command).await?,
         Command::Operations(command) => operations::run(&store, command).await?,
         Command::Operators(command) => operators::run(&store, command).await?,
+        Command::BenchSql(_) => unreachable!("handled before connecting"),
     }
     Ok(())
 }

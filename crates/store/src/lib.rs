@@ -4,6 +4,7 @@
 
 mod agents;
 mod audit;
+pub mod bench_sql;
 mod error;
 mod execution;
 mod fenced;

@@ -53,7 +53,7 @@ macro_rules! operation_columns {
 /// `ON CONFLICT DO NOTHING` makes a concurrent duplicate wait for the first insert to
 /// commit and then insert nothing; the outbox and audit rows are written only for a
 /// row this statement inserted. No check-then-insert, no NOTIFY in the transaction.
-const REGISTER_OPERATION: &str = concat!(
+pub(crate) const REGISTER_OPERATION: &str = concat!(
     "WITH inserted AS (
         INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type,
                                 customer_id, request_hash, request_payload, trace_context)
@@ -74,7 +74,7 @@ const REGISTER_OPERATION: &str = concat!(
     " FROM inserted"
 );
 
-const FIND_BY_IDEMPOTENCY_KEY: &str = concat!(
+pub(crate) const FIND_BY_IDEMPOTENCY_KEY: &str = concat!(
     "SELECT ",
     operation_columns!(),
     " FROM operations WHERE agent_id = $1 AND idempotency_key = $2"

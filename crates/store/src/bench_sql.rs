@@ -1,0 +1,92 @@
+//! pgbench scripts made from the store's own statements, so that `make bench` can run
+//! the very SQL the services run, side by side with them, and the two cannot drift.
+//! Parameters become pgbench variables or constants; nothing else changes.
+
+use crate::operations::{FIND_BY_IDEMPOTENCY_KEY, REGISTER_OPERATION};
+
+const REQUEST_HASH: &str = "'0000000000000000000000000000000000000000000000000000000000000000'";
+const PAYLOAD: &str = r#"'{"amount":"10.00","currency":"USD","customer_id":"cus_bench","invoice_id":"inv_bench","operation_type":"payment"}'::jsonb"#;
+
+fn sql_text(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// `statement` with `$1`, `$2`, … replaced by `values` (in order).
+fn bind(statement: &str, values: &[String]) -> String {
+    // Highest first, so that `$1` never eats the start of `$10`.
+    values
+        .iter()
+        .enumerate()
+        .rev()
+        .fold(statement.to_owned(), |sql, (i, value)| {
+            sql.replace(&format!("${}", i + 1), value)
+        })
+}
+
+/// The registration of a new operation, as intake runs it, with a fresh key per
+/// transaction (`:client_id` and a random 63-bit number).
+pub fn register_new_operation(agent_id: &str) -> String {
+    let key = "('pg-' || :client_id || '-' || :r)".to_owned();
+    let statement = bind(
+        REGISTER_OPERATION,
+        &register_values(agent_id, key),
+    );
+    format!("\\set r random(1, 9223372036854775806)\n{};\n", one_line(&statement))
+}
+
+/// A replay, as intake runs it: the registration finds the key taken, then the
+/// existing operation is read. Keys `{prefix}1` … `{prefix}{keys}` must exist.
+pub fn register_replay(agent_id: &str, key_prefix: &str, keys: u64) -> String {
+    let key = format!("({} || :i)", sql_text(key_prefix));
+    let register = bind(REGISTER_OPERATION, &register_values(agent_id, key.clone()));
+    let find = bind(FIND_BY_IDEMPOTENCY_KEY, &[sql_text(agent_id), key]);
+    format!(
+        "\\set i random(1, {keys})\n{};\n{};\n",
+        one_line(&register),
+        one_line(&find)
+    )
+}
+
+fn register_values(agent_id: &str, key: String) -> Vec<String> {
+    vec![
+        "gen_random_uuid()".into(),
+        sql_text(agent_id),
+        key,
+        "'payment'".into(),
+        "'cus_bench'".into(),
+        REQUEST_HASH.into(),
+        PAYLOAD.into(),
+        "NULL".into(),
+        // "intake:agent/…" spelt without a colon: pgbench reads `:agent` as a variable.
+        format!("'intake' || chr(58) || {}", sql_text(&format!("agent/{agent_id}"))),
+    ]
+}
+
+/// pgbench reads one statement per line.
+fn one_line(statement: &str) -> String {
+    statement.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_are_the_store_statements_with_values_bound() {
+        let script = register_new_operation("bench");
+        assert!(!script.contains('$'), "{script}");
+        let without_casts = script.replace("::", "");
+        let variables: Vec<&str> = without_casts
+            .split(':')
+            .skip(1)
+            .filter(|rest| rest.starts_with(|c: char| c.is_ascii_alphabetic()))
+            .collect();
+        assert_eq!(variables.len(), 2, "only :client_id and :r: {variables:?}");
+        assert!(script.contains("ON CONFLICT (agent_id, idempotency_key) DO NOTHING"));
+        assert_eq!(script.lines().count(), 2);
+        let replay = register_replay("bench", "k-", 100);
+        assert!(replay.contains("random(1, 100)"));
+        assert_eq!(replay.lines().count(), 3);
+        assert!(!replay.contains('$'));
+    }
+}
