@@ -58,6 +58,15 @@ enum BenchSql {
         #[arg(long)]
         keys: u64,
     },
+    /// Plain SQL registering keys PREFIX1 … PREFIX<KEYS> (to prepare a replay run).
+    RegisterKeys {
+        #[arg(long)]
+        agent: String,
+        #[arg(long)]
+        key_prefix: String,
+        #[arg(long)]
+        keys: u64,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -71,10 +80,19 @@ async fn main() -> anyhow::Result<()> {
         .init();
     if let Command::BenchSql(script) = &cli.command {
         let text = match script {
-            BenchSql::RegisterNew { agent } => opgate_store::bench_sql::register_new_operation(agent),
-            BenchSql::RegisterReplay { agent, key_prefix, keys } => {
-                opgate_store::bench_sql::register_replay(agent, key_prefix, *keys)
+            BenchSql::RegisterNew { agent } => {
+                opgate_store::bench_sql::register_new_operation(agent)
             }
+            BenchSql::RegisterReplay {
+                agent,
+                key_prefix,
+                keys,
+            } => opgate_store::bench_sql::register_replay(agent, key_prefix, *keys),
+            BenchSql::RegisterKeys {
+                agent,
+                key_prefix,
+                keys,
+            } => opgate_store::bench_sql::register_keys(agent, key_prefix, *keys),
         };
         print!("{text}");
         return Ok(());

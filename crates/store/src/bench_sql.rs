@@ -27,11 +27,11 @@ fn bind(statement: &str, values: &[String]) -> String {
 /// transaction (`:client_id` and a random 63-bit number).
 pub fn register_new_operation(agent_id: &str) -> String {
     let key = "('pg-' || :client_id || '-' || :r)".to_owned();
-    let statement = bind(
-        REGISTER_OPERATION,
-        &register_values(agent_id, key),
-    );
-    format!("\\set r random(1, 9223372036854775806)\n{};\n", one_line(&statement))
+    let statement = bind(REGISTER_OPERATION, &register_values(agent_id, key));
+    format!(
+        "\\set r random(1, 9223372036854775806)\n{};\n",
+        one_line(&statement)
+    )
 }
 
 /// A replay, as intake runs it: the registration finds the key taken, then the
@@ -47,6 +47,20 @@ pub fn register_replay(agent_id: &str, key_prefix: &str, keys: u64) -> String {
     )
 }
 
+/// Plain SQL (for psql) registering keys `{prefix}1` … `{prefix}{keys}` with the same
+/// statement, so that a replay run has keys to replay.
+pub fn register_keys(agent_id: &str, key_prefix: &str, keys: u64) -> String {
+    (1..=keys)
+        .map(|i| {
+            let key = sql_text(&format!("{key_prefix}{i}"));
+            format!(
+                "{};\n",
+                one_line(&bind(REGISTER_OPERATION, &register_values(agent_id, key)))
+            )
+        })
+        .collect()
+}
+
 fn register_values(agent_id: &str, key: String) -> Vec<String> {
     vec![
         "gen_random_uuid()".into(),
@@ -58,7 +72,10 @@ fn register_values(agent_id: &str, key: String) -> Vec<String> {
         PAYLOAD.into(),
         "NULL".into(),
         // "intake:agent/…" spelt without a colon: pgbench reads `:agent` as a variable.
-        format!("'intake' || chr(58) || {}", sql_text(&format!("agent/{agent_id}"))),
+        format!(
+            "'intake' || chr(58) || {}",
+            sql_text(&format!("agent/{agent_id}"))
+        ),
     ]
 }
 
