@@ -6,7 +6,7 @@ WITH_PG := scripts/with-postgres.sh
 # The test cluster is thrown away, so durability buys nothing there.
 TEST_PG_SETTINGS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 
-.PHONY: build test run lint fmt clean-pg bench-telemetry
+.PHONY: build test run lint fmt clean-pg bench bench-quick bench-telemetry
 
 build:
 	$(CARGO) build --workspace --bins
@@ -19,6 +19,16 @@ test:
 ## run: PostgreSQL, migrations, a demo agent, intake, and a short agent scenario.
 run: build
 	$(WITH_PG) scripts/demo.sh
+
+## bench: opgate beside pgbench on the same SQL, written to docs/benchmarks.md (~5 min).
+bench:
+	$(CARGO) build --release --workspace --bins
+	$(WITH_PG) bench/run.sh full
+
+## bench-quick: the same scenarios, shorter (under 2 minutes).
+bench-quick:
+	$(CARGO) build --release --workspace --bins
+	$(WITH_PG) bench/run.sh quick
 
 ## bench-telemetry: what OTLP export costs intake, as a ratio to OTEL_* unset (needs wrk).
 bench-telemetry:

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# make bench / make bench-quick: opgate beside PostgreSQL's own limit, in one run on
+# one machine. Every intake figure is paired with pgbench running the identical
+# statements (generated from the store crate by `opgate bench-sql`), and reported as a
+# ratio. Release binaries, a PostgreSQL with default settings (fsync and
+# synchronous_commit on), all traffic on 127.0.0.1.
+#   bench/run.sh quick|full      (DATABASE_URL from with-postgres.sh)
+# Writes target/bench/results.json and docs/benchmarks.md.
+set -euo pipefail
+mode=${1:-full}
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin="$root/target/release"
+out="$root/target/bench"
+mkdir -p "$out"
+: "${DATABASE_URL:?run through make bench}"
+case "$mode" in
+  quick) dur=3; warm=1; drain_n=2000; wait_dur=3 ;;
+  full) dur=15; warm=3; drain_n=20000; wait_dur=15 ;;
+  *) echo "usage: $0 quick|full" >&2; exit 2 ;;
+esac
+
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+log() { printf '%s bench: %s\n' "$(date +%T)" "$*" >&2; }
+sql() { psql "$DATABASE_URL" -X -qtA -c "$1"; }
+
+# start NAME CMD...: runs a service, waits for its ready line, prints it.
+start() {
+  local name=$1; shift
+  "$@" >"$out/$name.out" 2>"$out/$name.log" &
+  pids+=($!)
+  echo $! >"$out/$name.pid"
+  for _ in $(seq 200); do [ -s "$out/$name.out" ] && break; sleep 0.05; done
+  head -1 "$out/$name.out"
+}
+stop() { local pid; pid=$(cat "$out/$1.pid"); kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+peak_rss_mib() { awk '/VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$(cat "$out/$1.pid")/status"; }
+
+# pgbench_run NAME CLIENTS SCRIPT: tps, p50 and p99 (ms) from the per-transaction log.
+pgbench_run() {
+  local name=$1 clients=$2 script=$3
+  rm -f "$out"/pgbench_log.*
+  (cd "$out" && pgbench -n -M prepared -c "$clients" -j 2 -T "$dur" -l -f "$script" "$DATABASE_URL" >"$out/pgbench-$name.txt" 2>&1)
+  local tps; tps=$(awk '/^tps/ {print $3}' "$out/pgbench-$name.txt")
+  cat "$out"/pgbench_log.* | awk '{print $3}' | sort -n >"$out/pgbench-$name.lat"
+  local n; n=$(wc -l <"$out/pgbench-$name.lat")
+  local p50 p99
+  p50=$(awk -v n="$n" 'NR == int(n * 0.50) + 1 {printf "%.3f", $1 / 1000; exit}' "$out/pgbench-$name.lat")
+  p99=$(awk -v n="$n" 'NR == int(n * 0.99) + 1 {printf "%.3f", $1 / 1000; exit}' "$out/pgbench-$name.lat")
+  echo "{\"tps\": $tps, \"p50_ms\": $p50, \"p99_ms\": $p99}"
+}
+
+results="$out/results.jsonl"
+: >"$results"
+record() { echo "$1" >>"$results"; }
+
+log "mode $mode: migrating, creating the bench agent"
+"$bin/opgate" migrate >/dev/null 2>&1
+agent="bench-$(date +%s)"
+key=$("$bin/opgate" agents create "$agent")
+"$bin/opgate" bench-sql register-new --agent "$agent" >"$out/register-new.sql"
+sim=$(start provider-sim "$bin/provider-sim" --listen 127.0.0.1:0)
+sim_url=${sim#provider-sim listening on }
+intake=$(start intake env RUST_LOG=warn "$bin/intake" --listen 127.0.0.1:0)
+base=${intake#intake listening on }
+
+loadgen() { "$bin/loadgen" --url "$base" --key "$key" --json --warmup "${warm}s" "$@"; }
+
+for clients in 8 32 64; do
+  log "intake, new operations, $clients clients"
+  opgate_json=$(loadgen --scenario new --concurrency "$clients" --duration "${dur}s" --run-id "new-$clients")
+  pg_json=$(pgbench_run "new-$clients" "$clients" "$out/register-new.sql")
+  record "{\"scenario\": \"intake_new\", \"clients\": $clients, \"opgate\": $opgate_json, \"pgbench\": $pg_json}"
+done
+
+log "intake, replays, 32 clients"
+"$bin/opgate" bench-sql register-keys --agent "$agent" --key-prefix "pgreplay-" --keys 1000 | psql "$DATABASE_URL" -X -q >/dev/null
+"$bin/opgate" bench-sql register-replay --agent "$agent" --key-prefix "pgreplay-" --keys 1000 >"$out/register-replay.sql"
+opgate_json=$(loadgen --scenario replay --prefill 1000 --concurrency 32 --duration "${dur}s" --run-id replay)
+pg_json=$(pgbench_run replay 32 "$out/register-replay.sql")
+record "{\"scenario\": \"intake_replay\", \"clients\": 32, \"opgate\": $opgate_json, \"pgbench\": $pg_json}"
+intake_rss=$(peak_rss_mib intake)
+
+# Executor drain: a pre-filled outbox, provider-sim answering at once.
+drain() { # drain EXECUTORS BATCH
+  local executors=$1 batch=$2
+  sql "DELETE FROM outbox" >/dev/null
+  (cd "$out" && pgbench -n -M prepared -c 8 -j 2 -t $((drain_n / 8)) -f "$out/register-new.sql" "$DATABASE_URL" >/dev/null 2>&1)
+  local pending; pending=$(sql "SELECT count(*) FROM outbox")
+  local started; started=$(date +%s.%N)
+  for i in $(seq "$executors"); do
+    start "executor-$i" env RUST_LOG=warn "$bin/executor" --provider-url "$sim_url" --concurrency 64 --batch-size "$batch" --poll-interval 100ms >/dev/null
+  done
+  until [ "$(sql "SELECT count(*) FROM outbox")" = 0 ]; do sleep 0.05; done
+  local finished; finished=$(date +%s.%N)
+  executor_rss=$(peak_rss_mib executor-1)
+  for i in $(seq "$executors"); do stop "executor-$i"; done
+  awk -v n="$pending" -v a="$started" -v b="$finished" -v e="$executors" -v bs="$batch" \
+    'BEGIN { printf "{\"scenario\": \"executor_drain\", \"executors\": %d, \"batch\": %d, \"operations\": %d, \"seconds\": %.3f, \"operations_per_s\": %.1f}\n", e, bs, n, b - a, n / (b - a) }'
+}
+for config in "1 32" "2 32" "1 8"; do
+  log "executor drain, executors/batch $config"
+  record "$(drain $config)"
+done
+
+log "end to end, Prefer: wait=5, one client"
+start executor-e2e env RUST_LOG=warn "$bin/executor" --provider-url "$sim_url" >/dev/null
+start reconciler env RUST_LOG=warn "$bin/reconciler" --provider-url "$sim_url" >/dev/null
+opgate_json=$("$bin/loadgen" --url "$base" --key "$key" --json --warmup "${warm}s" --scenario wait --wait-secs 5 --concurrency 1 --duration "${wait_dur}s" --run-id wait)
+record "{\"scenario\": \"end_to_end_wait\", \"clients\": 1, \"opgate\": $opgate_json}"
+record "{\"scenario\": \"peak_rss_mib\", \"intake\": $intake_rss, \"executor\": $executor_rss, \"reconciler\": $(peak_rss_mib reconciler)}"
+
+python3 "$root/bench/report.py" "$mode" "$results" "$out/results.json" "$root/docs/benchmarks.md"
+log "done: target/bench/results.json, docs/benchmarks.md"

@@ -1,0 +1,301 @@
+//! What each scenario sends and which answers it counts as expected.
+//!
+//! `new` and `wait` send worker w's n-th payment (n from 1, warmup included) under
+//! `Idempotency-Key: {run-id}-{w}-{n}` with invoice `inv_{n}`; `wait` adds
+//! `Prefer: wait=N`. `replay` sends prefilled payment i (0..K) under
+//! `{run-id}-prefill-{i}` with invoice `inv_{i}`: the very request that registered it.
+//! An unexpected answer is labelled by its status code, followed for a 2xx by what was
+//! wrong with it ("202 replayed", "200 not replayed", "200 FAILED").
+
+use bytes::Bytes;
+use clap::ValueEnum;
+use http_body_util::Full;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::{Method, Request, StatusCode, Uri};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Config, MAX_RUN_ID_LEN};
+
+pub const PAYMENT_PATH: &str = "/agent/operations/payment";
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+pub const PREFER: HeaderName = HeaderName::from_static("prefer");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    New,
+    Replay,
+    Wait,
+}
+
+/// How one answer counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Expected,
+    /// The label it is counted under in `unexpected_status`.
+    Unexpected(String),
+}
+
+/// Builds every request of a run.
+#[derive(Debug, Clone)]
+pub struct Requests {
+    scenario: Scenario,
+    target: Uri,
+    authorization: HeaderValue,
+    prefer: HeaderValue,
+    run_id: String,
+    prefill: u64,
+}
+
+impl Requests {
+    pub fn new(config: &Config, run_id: &str) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            !run_id.is_empty()
+                && run_id.len() <= MAX_RUN_ID_LEN
+                && run_id.bytes().all(|b| b.is_ascii_graphic()),
+            "run id must be 1..={MAX_RUN_ID_LEN} visible ASCII characters"
+        );
+        let mut authorization = HeaderValue::from_str(&format!("Bearer {}", config.key))?;
+        authorization.set_sensitive(true);
+        Ok(Self {
+            scenario: config.scenario,
+            target: target_uri(&config.url)?,
+            authorization,
+            prefer: HeaderValue::from_str(&format!("wait={}", config.wait_secs))?,
+            run_id: run_id.to_owned(),
+            prefill: config.prefill,
+        })
+    }
+
+    pub fn scenario(&self) -> Scenario {
+        self.scenario
+    }
+
+    /// Payments `replay` registers before timing; none for the other scenarios.
+    pub fn prefill_count(&self) -> u64 {
+        match self.scenario {
+            Scenario::Replay => self.prefill,
+            Scenario::New | Scenario::Wait => 0,
+        }
+    }
+
+    /// `worker`'s `n`-th request; `ticket` counts requests run-wide (replay's round robin).
+    pub fn next(&self, worker: u32, n: u64, ticket: u64) -> Request<Full<Bytes>> {
+        match self.scenario {
+            Scenario::New => self.post(&format!("{}-{worker}-{n}", self.run_id), n, false),
+            Scenario::Wait => self.post(&format!("{}-{worker}-{n}", self.run_id), n, true),
+            Scenario::Replay => self.prefilled(ticket % self.prefill.max(1)),
+        }
+    }
+
+    /// Prefilled payment `i`, as registered and as replayed.
+    pub fn prefilled(&self, i: u64) -> Request<Full<Bytes>> {
+        self.post(&format!("{}-prefill-{i}", self.run_id), i, false)
+    }
+
+    fn post(&self, key: &str, invoice: u64, wait: bool) -> Request<Full<Bytes>> {
+        let mut request = Request::new(Full::new(payment_body(invoice)));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.target.clone();
+        let headers = request.headers_mut();
+        headers.insert(AUTHORIZATION, self.authorization.clone());
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        // The run id is checked in `new` and the rest is digits and dashes.
+        let key = HeaderValue::from_str(key).expect("idempotency key is visible ASCII");
+        headers.insert(IDEMPOTENCY_KEY, key);
+        if wait {
+            headers.insert(PREFER, self.prefer.clone());
+        }
+        request
+    }
+
+    /// How an answer counts in this run's scenario.
+    pub fn classify(&self, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Outcome {
+        classify(self.scenario, status, headers, body)
+    }
+}
+
+pub fn payment_body(invoice: u64) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"customer_id":"cus_bench","invoice_id":"inv_{invoice}","amount":"10.00","currency":"USD"}}"#
+    ))
+}
+
+/// `base` (http://host:port[/prefix]) joined with the payment path.
+pub fn target_uri(base: &Uri) -> anyhow::Result<Uri> {
+    let scheme = base.scheme_str().unwrap_or("http");
+    let authority = base
+        .authority()
+        .ok_or_else(|| anyhow::anyhow!("URL {base} has no host"))?;
+    let prefix = base.path().trim_end_matches('/');
+    Ok(format!("{scheme}://{authority}{prefix}{PAYMENT_PATH}").parse()?)
+}
+
+pub fn classify(
+    scenario: Scenario,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Outcome {
+    let code = status.as_u16();
+    let replayed = headers
+        .get(IDEMPOTENT_REPLAYED)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+    let unexpected = |what: &str| Outcome::Unexpected(format!("{code} {what}"));
+    match (scenario, code, replayed) {
+        (Scenario::New, 202, false) => Outcome::Expected,
+        (Scenario::New | Scenario::Wait, 200 | 202, true) => unexpected("replayed"),
+        (Scenario::Replay, 200 | 202, true) => Outcome::Expected,
+        (Scenario::Replay, 200 | 202, false) => unexpected("not replayed"),
+        (Scenario::Wait, 200, false) => match operation_status(body) {
+            Some(s) if s == "SUCCEEDED" => Outcome::Expected,
+            Some(other) => unexpected(&other),
+            None => unexpected("unreadable body"),
+        },
+        _ => Outcome::Unexpected(code.to_string()),
+    }
+}
+
+fn operation_status(body: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Operation {
+        status: String,
+    }
+    serde_json::from_slice::<Operation>(body)
+        .ok()
+        .map(|o| o.status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use http_body_util::BodyExt;
+
+    fn requests(scenario: &str, url: &str) -> Requests {
+        let args = format!(
+            "loadgen --url {url} --key sk_test --scenario {scenario} --concurrency 1 \
+             --requests 1 --prefill 3 --wait-secs 7"
+        );
+        let config = Config::try_parse_from(args.split(' ')).unwrap();
+        Requests::new(&config, "run1").unwrap()
+    }
+
+    async fn body_of(request: Request<Full<Bytes>>) -> String {
+        let bytes = request.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn new_request_has_unique_key_and_the_payment_body() {
+        let r = requests("new", "http://127.0.0.1:8080");
+        let req = r.next(3, 17, 99);
+        assert_eq!(req.method(), Method::POST);
+        assert_eq!(req.uri(), "http://127.0.0.1:8080/agent/operations/payment");
+        let h = req.headers();
+        assert_eq!(h[AUTHORIZATION], "Bearer sk_test");
+        assert!(h[AUTHORIZATION].is_sensitive());
+        assert_eq!(h[CONTENT_TYPE], "application/json");
+        assert_eq!(h[IDEMPOTENCY_KEY], "run1-3-17");
+        assert!(h.get(PREFER).is_none());
+        let body = body_of(req).await;
+        assert_eq!(
+            body,
+            r#"{"customer_id":"cus_bench","invoice_id":"inv_17","amount":"10.00","currency":"USD"}"#
+        );
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(json["invoice_id"], "inv_17");
+        assert_eq!(r.prefill_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn wait_request_prefers_waiting() {
+        let r = requests("wait", "http://h:1/base/");
+        let req = r.next(0, 1, 0);
+        assert_eq!(req.uri(), "http://h:1/base/agent/operations/payment");
+        assert_eq!(req.headers()[PREFER], "wait=7");
+        assert_eq!(req.headers()[IDEMPOTENCY_KEY], "run1-0-1");
+    }
+
+    #[tokio::test]
+    async fn replay_cycles_through_the_prefilled_payments() {
+        let r = requests("replay", "http://h:1");
+        assert_eq!(r.prefill_count(), 3);
+        let keys: Vec<_> = (0..5)
+            .map(|t| r.next(1, t + 1, t).headers()[IDEMPOTENCY_KEY].clone())
+            .collect();
+        let want = [
+            "run1-prefill-0",
+            "run1-prefill-1",
+            "run1-prefill-2",
+            "run1-prefill-0",
+            "run1-prefill-1",
+        ];
+        assert_eq!(keys, want);
+        let replayed = body_of(r.next(0, 1, 4)).await;
+        assert_eq!(replayed, body_of(r.prefilled(1)).await);
+        assert!(replayed.contains(r#""invoice_id":"inv_1""#));
+    }
+
+    #[test]
+    fn answers_are_classified_per_scenario() {
+        let plain = HeaderMap::new();
+        let mut replayed = HeaderMap::new();
+        replayed.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+        let ok = StatusCode::OK;
+        let accepted = StatusCode::ACCEPTED;
+        let label = |s: &str| Outcome::Unexpected(s.to_owned());
+        let succeeded = br#"{"status":"SUCCEEDED","operation_id":"x"}"#;
+
+        assert_eq!(
+            classify(Scenario::New, accepted, &plain, b""),
+            Outcome::Expected
+        );
+        assert_eq!(
+            classify(Scenario::New, accepted, &replayed, b""),
+            label("202 replayed")
+        );
+        assert_eq!(
+            classify(Scenario::New, StatusCode::CONFLICT, &plain, b""),
+            label("409")
+        );
+        assert_eq!(
+            classify(Scenario::Replay, ok, &replayed, b""),
+            Outcome::Expected
+        );
+        assert_eq!(
+            classify(Scenario::Replay, accepted, &replayed, b""),
+            Outcome::Expected
+        );
+        assert_eq!(
+            classify(Scenario::Replay, accepted, &plain, b""),
+            label("202 not replayed")
+        );
+        assert_eq!(
+            classify(Scenario::Wait, ok, &plain, succeeded),
+            Outcome::Expected
+        );
+        assert_eq!(
+            classify(Scenario::Wait, ok, &plain, br#"{"status":"FAILED"}"#),
+            label("200 FAILED")
+        );
+        assert_eq!(
+            classify(Scenario::Wait, ok, &plain, b"<html>"),
+            label("200 unreadable body")
+        );
+        assert_eq!(
+            classify(Scenario::Wait, ok, &replayed, succeeded),
+            label("200 replayed")
+        );
+        assert_eq!(
+            classify(Scenario::Wait, accepted, &plain, b"{}"),
+            label("202")
+        );
+        let unavailable = StatusCode::SERVICE_UNAVAILABLE;
+        assert_eq!(
+            classify(Scenario::Wait, unavailable, &plain, b""),
+            label("503")
+        );
+    }
+}
