@@ -94,7 +94,7 @@ drain() { # drain EXECUTORS BATCH
   done
   until [ "$(sql "SELECT count(*) FROM outbox")" = 0 ]; do sleep 0.05; done
   local finished; finished=$(date +%s.%N)
-  executor_rss=$(peak_rss_mib executor-1)
+  peak_rss_mib executor-1 >"$out/executor.rss"
   for i in $(seq "$executors"); do stop "executor-$i"; done
   awk -v n="$pending" -v a="$started" -v b="$finished" -v e="$executors" -v bs="$batch" \
     'BEGIN { printf "{\"scenario\": \"executor_drain\", \"executors\": %d, \"batch\": %d, \"operations\": %d, \"seconds\": %.3f, \"operations_per_s\": %.1f}\n", e, bs, n, b - a, n / (b - a) }'
@@ -109,7 +109,7 @@ start executor-e2e env RUST_LOG=warn "$bin/executor" --provider-url "$sim_url" >
 start reconciler env RUST_LOG=warn "$bin/reconciler" --provider-url "$sim_url" >/dev/null
 opgate_json=$("$bin/loadgen" --url "$base" --key "$key" --json --warmup "${warm}s" --scenario wait --wait-secs 5 --concurrency 1 --duration "${wait_dur}s" --run-id wait)
 record "{\"scenario\": \"end_to_end_wait\", \"clients\": 1, \"opgate\": $opgate_json}"
-record "{\"scenario\": \"peak_rss_mib\", \"intake\": $intake_rss, \"executor\": $executor_rss, \"reconciler\": $(peak_rss_mib reconciler)}"
+record "{\"scenario\": \"peak_rss_mib\", \"intake\": $intake_rss, \"executor\": $(cat "$out/executor.rss"), \"reconciler\": $(peak_rss_mib reconciler)}"
 
 python3 "$root/bench/report.py" "$mode" "$results" "$out/results.json" "$root/docs/benchmarks.md"
 log "done: target/bench/results.json, docs/benchmarks.md"
