@@ -59,14 +59,18 @@ out.append(
 out.append(f"- date: {meta['date']} ({mode} run)\n- machine: {meta['machine']}, {meta['memory_gib']} GiB\n"
            f"- {meta['rustc']}; {meta['postgres']}\n")
 out.append("\n## Intake, new operations\n")
-out.append("| clients | opgate req/s | pgbench TPS | ratio | opgate p50 / p99 / max (ms) | pgbench p50 / p99 (ms) |")
-out.append("|---:|---:|---:|---:|---|---|")
+out.append("Group commit is on by default (`--group-commit`); the second pair of columns is the same "
+           "intake with `--group-commit false`, one transaction per request, in the same run.\n")
+out.append("| clients | opgate req/s | ratio to pgbench | p50 / p99 / max (ms) | without group commit req/s | ratio | p50 / p99 (ms) | pgbench TPS | pgbench p50 / p99 (ms) |")
+out.append("|---:|---:|---:|---|---:|---:|---|---:|---|")
 for clients, r in sorted(new.items()):
-    o, p = r["opgate"], r["pgbench"]
-    lat = o["latency_ms"]
+    o, p, w = r["opgate"], r["pgbench"], r["opgate_without_group_commit"]
+    lat, wl = o["latency_ms"], w["latency_ms"]
     out.append(
-        f"| {clients} | {o['requests_per_s']:.0f} | {p['tps']:.0f} | {ratio(o['requests_per_s'], p['tps']):.2f} | "
-        f"{lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.2f} | {p['p50_ms']:.2f} / {p['p99_ms']:.2f} |"
+        f"| {clients} | {o['requests_per_s']:.0f} | {ratio(o['requests_per_s'], p['tps']):.2f} | "
+        f"{lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.2f} | {w['requests_per_s']:.0f} | "
+        f"{ratio(w['requests_per_s'], p['tps']):.2f} | {wl['p50']:.2f} / {wl['p99']:.2f} | "
+        f"{p['tps']:.0f} | {p['p50_ms']:.2f} / {p['p99_ms']:.2f} |"
     )
 o, p = replay["opgate"], replay["pgbench"]
 out.append("\n## Intake, replays (32 clients)\n")

@@ -64,15 +64,20 @@ sim=$(start provider-sim "$bin/provider-sim" --listen 127.0.0.1:0)
 sim_url=${sim#provider-sim listening on }
 intake=$(start intake env RUST_LOG=warn "$bin/intake" --listen 127.0.0.1:0)
 base=${intake#intake listening on }
+single=$(start intake-single env RUST_LOG=warn "$bin/intake" --listen 127.0.0.1:0 --group-commit false)
+single_base=${single#intake listening on }
 
 loadgen() { "$bin/loadgen" --url "$base" --key "$key" --json --warmup "${warm}s" "$@"; }
 
 for clients in 8 32 64; do
-  log "intake, new operations, $clients clients"
+  log "intake, new operations, $clients clients (group commit, then one transaction per request)"
   opgate_json=$(loadgen --scenario new --concurrency "$clients" --duration "${dur}s" --run-id "new-$clients")
+  single_json=$("$bin/loadgen" --url "$single_base" --key "$key" --json --warmup "${warm}s" \
+    --scenario new --concurrency "$clients" --duration "${dur}s" --run-id "single-$clients")
   pg_json=$(pgbench_run "new-$clients" "$clients" "$out/register-new.sql")
-  record "{\"scenario\": \"intake_new\", \"clients\": $clients, \"opgate\": $opgate_json, \"pgbench\": $pg_json}"
+  record "{\"scenario\": \"intake_new\", \"clients\": $clients, \"opgate\": $opgate_json, \"opgate_without_group_commit\": $single_json, \"pgbench\": $pg_json}"
 done
+stop intake-single
 
 log "intake, replays, 32 clients"
 "$bin/opgate" bench-sql register-keys --agent "$agent" --key-prefix "pgreplay-" --keys 1000 | psql "$DATABASE_URL" -X -q >/dev/null

@@ -7,6 +7,56 @@ use futures_util::future::join_all;
 use opgate_e2e::api::{get_operation, payment_body, post_payment};
 use opgate_e2e::{Intake, TestDb};
 
+/// Many distinct keys at once, with group commit: each request gets its own new
+/// operation, and some repeats inside the same burst are answered as replays.
+#[tokio::test]
+async fn a_burst_of_new_and_repeated_keys_gets_one_answer_each() {
+    let db = TestDb::create().await;
+    let key = db.create_agent("burst", &[]);
+    let intake = Intake::start(&db.url).await;
+    let client = reqwest::Client::new();
+    // 300 requests over 100 keys, each key three times, interleaved.
+    let replies = join_all((0..300).map(|i| {
+        let body = payment_body("cus_burst", &format!("inv-{}", i % 100), "3.00");
+        let (client, base, key) = (client.clone(), intake.base_url.clone(), key.clone());
+        async move {
+            post_payment(
+                &client,
+                &base,
+                Some(&key),
+                Some(&format!("burst-{}", i % 100)),
+                &body,
+            )
+            .await
+        }
+    }))
+    .await;
+    assert!(
+        replies.iter().all(|r| r.status == 202),
+        "{:?}",
+        replies.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    let fresh = replies
+        .iter()
+        .filter(|r| r.header("idempotent-replayed").is_none())
+        .count();
+    assert_eq!(fresh, 100, "one new operation per key");
+    for k in 0..100 {
+        let ids: HashSet<&str> = replies
+            .iter()
+            .skip(k)
+            .step_by(100)
+            .map(|r| r.operation_id())
+            .collect();
+        assert_eq!(ids.len(), 1, "key burst-{k} named several operations");
+    }
+    let counts = db.counts().await;
+    assert_eq!(
+        (counts.operations, counts.outbox, counts.operation_events),
+        (100, 100, 100)
+    );
+}
+
 #[tokio::test]
 async fn a_replay_returns_the_same_operation_and_enqueues_nothing() {
     let db = TestDb::create().await;
@@ -32,9 +82,18 @@ async fn a_replay_returns_the_same_operation_and_enqueues_nothing() {
 
 #[tokio::test]
 async fn two_hundred_concurrent_identical_requests_make_one_operation() {
+    identical_race(&[]).await;
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_identical_requests_make_one_operation_without_group_commit() {
+    identical_race(&["--group-commit", "false"]).await;
+}
+
+async fn identical_race(intake_args: &[&str]) {
     let db = TestDb::create().await;
     let key = db.create_agent("racer", &[]);
-    let intake = Intake::start(&db.url).await;
+    let intake = Intake::start_with(&db.url, intake_args).await;
     let client = reqwest::Client::new();
     let body = payment_body("cus_race", "inv_race", "99.99");
 
@@ -66,9 +125,18 @@ async fn two_hundred_concurrent_identical_requests_make_one_operation() {
 
 #[tokio::test]
 async fn racing_two_different_payloads_on_one_key_lets_one_win() {
+    payload_race(&[]).await;
+}
+
+#[tokio::test]
+async fn racing_two_different_payloads_on_one_key_lets_one_win_without_group_commit() {
+    payload_race(&["--group-commit", "false"]).await;
+}
+
+async fn payload_race(intake_args: &[&str]) {
     let db = TestDb::create().await;
     let key = db.create_agent("racer", &[]);
-    let intake = Intake::start(&db.url).await;
+    let intake = Intake::start_with(&db.url, intake_args).await;
     let client = reqwest::Client::new();
     let bodies = [
         payment_body("cus", "inv", "10.00"),

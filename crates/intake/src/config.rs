@@ -45,12 +45,32 @@ pub struct Config {
     #[arg(long, env = "OPGATE_LOG_FORMAT", default_value = "json")]
     pub log_format: opgate_telemetry::LogFormat,
 
+    /// Group commit: registrations that arrive together share one transaction.
+    #[arg(long, env = "INTAKE_GROUP_COMMIT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub group_commit: bool,
+
+    /// Most registrations in one group-commit transaction.
+    #[arg(long, env = "INTAKE_GROUP_COMMIT_MAX_BATCH", default_value_t = 64)]
+    pub group_commit_max_batch: usize,
+
+    /// Group-commit transactions in flight at once (each holds a connection).
+    #[arg(long, env = "INTAKE_GROUP_COMMIT_COMMITTERS", default_value_t = 4)]
+    pub group_commit_committers: usize,
+
     /// HTTP worker threads (default: one per core).
     #[arg(long, env = "INTAKE_WORKERS")]
     pub workers: Option<usize>,
 }
 
 impl Config {
+    /// The group-commit settings, or `None` when it is off.
+    pub fn group_commit(&self) -> Option<(usize, usize)> {
+        self.group_commit.then_some((
+            self.group_commit_committers.max(1),
+            self.group_commit_max_batch.max(1),
+        ))
+    }
+
     pub fn pool_settings(&self) -> PoolSettings {
         PoolSettings {
             max_connections: self.db_connections.max(1),

@@ -5,6 +5,7 @@ pub mod config;
 
 mod auth;
 mod body;
+mod group_commit;
 mod http_span;
 mod openapi;
 mod problem;
@@ -25,6 +26,8 @@ pub use config::Config;
 
 pub struct AppState {
     pub store: Store,
+    /// Group commit for registrations; `None` registers each request on its own.
+    batcher: Option<group_commit::RegistrationBatcher>,
     pub telemetry: Arc<Telemetry>,
     pub executor_waker: wakeups::ExecutorWaker,
     pub settled: wakeups::SettledOperations,
@@ -48,11 +51,14 @@ async fn openapi_json() -> HttpResponse {
 pub fn serve(
     store: Store,
     telemetry: Arc<Telemetry>,
-    database_url: &str,
+    config: &Config,
     listener: TcpListener,
-    workers: Option<usize>,
 ) -> std::io::Result<Server> {
+    let (database_url, workers) = (config.database_url.as_str(), config.workers);
     let state = web::Data::new(AppState {
+        batcher: config.group_commit().map(|(committers, max_batch)| {
+            group_commit::RegistrationBatcher::spawn(store.clone(), committers, max_batch)
+        }),
         executor_waker: wakeups::ExecutorWaker::spawn(store.clone()),
         settled: wakeups::SettledOperations::spawn(database_url.to_owned()),
         store,

@@ -23,14 +23,7 @@ async fn main() -> anyhow::Result<()> {
     // The one line on stdout: scripts and tests read the chosen address from it.
     println!("intake listening on http://{address}");
     tracing::info!(%address, "intake listening");
-    serve(
-        store,
-        telemetry.clone(),
-        &config.database_url,
-        listener,
-        config.workers,
-    )?
-    .await?;
+    serve(store, telemetry.clone(), &config, listener)?.await?;
     tracing::info!("intake stopped");
     telemetry.shutdown();
     Ok(())

@@ -16,6 +16,8 @@ pub enum StoreError {
     Query(tokio_postgres::Error),
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+    #[error("{0}")]
+    BatchFailed(String),
     #[error("migration failed: {0}")]
     Migration(String),
 }
@@ -23,6 +25,14 @@ pub enum StoreError {
 impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         matches!(self, Self::Unavailable(_))
+    }
+
+    /// The same failure for another member of a failed batch (errors are not Clone).
+    pub fn for_batch_member(&self) -> StoreError {
+        match self {
+            Self::Unavailable(message) => Self::Unavailable(message.clone()),
+            other => Self::BatchFailed(format!("the registration batch failed: {other}")),
+        }
     }
 }
 

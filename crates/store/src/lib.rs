@@ -15,6 +15,7 @@ mod operator_actions;
 mod operators;
 mod pool;
 mod reconciliation;
+mod registration_batch;
 mod stats;
 
 pub use agents::{AgentRecord, NewAgent};
@@ -28,4 +29,5 @@ pub use operator_actions::{OperationFilter, OperatorAction};
 pub use operators::OperatorRecord;
 pub use pool::{PoolSettings, Store};
 pub use reconciliation::ClaimedReconciliation;
+pub use registration_batch::PendingRegistration;
 pub use stats::TableCounts;

@@ -4,7 +4,7 @@
 
 use actix_web::{post, web, HttpRequest, HttpResponse};
 use opgate_domain::{IdempotencyKey, OperationType, PaymentRequest};
-use opgate_store::{NewOperation, Registration};
+use opgate_store::{NewOperation, PendingRegistration, Registration};
 use serde::Deserialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -103,16 +103,21 @@ pub async fn create_payment(
     server_span.record("opgate.agent_id", agent.agent_id.as_str());
     server_span.record("opgate.idempotency_key", idempotency_key.as_str());
     let traceparent = propagation::traceparent_of(&server_span);
-    let registration = state
-        .store
-        .register_operation(&NewOperation {
-            operation_id: Uuid::new_v4(),
-            agent_id: &agent.agent_id,
-            idempotency_key: &idempotency_key,
-            request: &payment,
-            trace_context: traceparent.as_deref(),
-        })
-        .await?;
+    let new = NewOperation {
+        operation_id: Uuid::new_v4(),
+        agent_id: &agent.agent_id,
+        idempotency_key: &idempotency_key,
+        request: &payment,
+        trace_context: traceparent.as_deref(),
+    };
+    let registration = match &state.batcher {
+        Some(batcher) => {
+            batcher
+                .register(PendingRegistration::from_new(&new))
+                .await?
+        }
+        None => state.store.register_operation(&new).await?,
+    };
     let (record, replayed) = match registration {
         Registration::Created(record) => {
             // After the commit, never inside it: see wakeups.rs.

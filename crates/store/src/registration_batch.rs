@@ -1,0 +1,151 @@
+//! Group commit for registrations: many requests' operations registered by one
+//! statement (one transaction, one commit), each request still getting its own answer.
+//! The statement is the single registration's, made multi-row with `unnest`: the same
+//! `ON CONFLICT (agent_id, idempotency_key) DO NOTHING`, outbox and audit rows only for
+//! rows it inserted. Keys it did not insert (taken before, or twice in the batch) are
+//! then read and compared by request hash, exactly as for a single registration.
+
+use std::collections::HashMap;
+
+use opgate_domain::RequestHash;
+use uuid::Uuid;
+
+use crate::error::StoreError;
+use crate::operations::{operation_from_row, NewOperation, Registration};
+use crate::pool::Store;
+
+/// A registration that can wait in a queue (owns its values).
+#[derive(Debug, Clone)]
+pub struct PendingRegistration {
+    operation_id: Uuid,
+    agent_id: String,
+    idempotency_key: String,
+    customer_id: String,
+    request_hash: RequestHash,
+    payload: serde_json::Value,
+    trace_context: Option<String>,
+}
+
+impl PendingRegistration {
+    pub fn from_new(new: &NewOperation<'_>) -> Self {
+        Self {
+            operation_id: new.operation_id,
+            agent_id: new.agent_id.to_owned(),
+            idempotency_key: new.idempotency_key.as_str().to_owned(),
+            customer_id: new.request.customer_id().as_str().to_owned(),
+            request_hash: new.request.request_hash(),
+            payload: serde_json::to_value(new.request.business_fields())
+                .expect("a map of strings always serialises"),
+            trace_context: new.trace_context.map(str::to_owned),
+        }
+    }
+}
+
+macro_rules! batch_columns {
+    () => {
+        "operation_id, agent_id, operation_type, status, provider_reference, attempts, \
+         last_error, request_hash, created_at, updated_at"
+    };
+}
+
+const REGISTER_BATCH: &str = concat!(
+    "WITH input AS (
+        SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
+                             $6::jsonb[], $7::text[])
+            AS t(operation_id, agent_id, idempotency_key, customer_id, request_hash,
+                 request_payload, trace_context)
+    ), inserted AS (
+        INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type,
+                                customer_id, request_hash, request_payload, trace_context)
+        SELECT operation_id, agent_id, idempotency_key, 'payment', customer_id, request_hash,
+               request_payload, trace_context
+        FROM input
+        ON CONFLICT (agent_id, idempotency_key) DO NOTHING
+        RETURNING ",
+    batch_columns!(),
+    ", trace_context
+    ), outbox_event AS (
+        INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
+        SELECT operation_id, agent_id, 'execute', trace_context FROM inserted
+    ), audit_event AS (
+        INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
+        SELECT operation_id, agent_id, NULL, status, 'intake:agent/' || agent_id, 'registered'
+        FROM inserted
+    )
+    SELECT ",
+    batch_columns!(),
+    " FROM inserted"
+);
+
+const FIND_BY_KEYS: &str = concat!(
+    "SELECT ",
+    batch_columns!(),
+    ", idempotency_key FROM operations
+     WHERE (agent_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
+);
+
+impl Store {
+    /// Registers every operation of the batch in one transaction and answers each in
+    /// order. If the statement fails, it fails for the whole batch and nothing of it
+    /// is written.
+    #[tracing::instrument(name = "INSERT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "operations", db.operation.batch.size = batch.len()))]
+    pub async fn register_batch(
+        &self,
+        batch: &[PendingRegistration],
+    ) -> Result<Vec<Registration>, StoreError> {
+        let client = self.client().await?;
+        let column =
+            |f: fn(&PendingRegistration) -> String| batch.iter().map(f).collect::<Vec<_>>();
+        let ids: Vec<Uuid> = batch.iter().map(|r| r.operation_id).collect();
+        let agents = column(|r| r.agent_id.clone());
+        let keys = column(|r| r.idempotency_key.clone());
+        let customers = column(|r| r.customer_id.clone());
+        let hashes = column(|r| r.request_hash.as_str().to_owned());
+        let payloads: Vec<&serde_json::Value> = batch.iter().map(|r| &r.payload).collect();
+        let traces: Vec<Option<&str>> = batch.iter().map(|r| r.trace_context.as_deref()).collect();
+        let register = client.prepare_cached(REGISTER_BATCH).await?;
+        let rows = client
+            .query(
+                &register,
+                &[
+                    &ids, &agents, &keys, &customers, &hashes, &payloads, &traces,
+                ],
+            )
+            .await?;
+        let mut created = HashMap::new();
+        for row in &rows {
+            let record = operation_from_row(row)?;
+            created.insert(record.operation_id, record);
+        }
+        let mut existing = HashMap::new();
+        if created.len() < batch.len() {
+            let (agents, keys): (Vec<&str>, Vec<&str>) = batch
+                .iter()
+                .filter(|r| !created.contains_key(&r.operation_id))
+                .map(|r| (r.agent_id.as_str(), r.idempotency_key.as_str()))
+                .unzip();
+            let find = client.prepare_cached(FIND_BY_KEYS).await?;
+            for row in client.query(&find, &[&agents, &keys]).await? {
+                let key: String = row.get("idempotency_key");
+                let record = operation_from_row(&row)?;
+                existing.insert((record.agent_id.clone(), key), record);
+            }
+        }
+        batch
+            .iter()
+            .map(|r| {
+                if let Some(record) = created.remove(&r.operation_id) {
+                    return Ok(Registration::Created(record));
+                }
+                let record = existing
+                    .get(&(r.agent_id.clone(), r.idempotency_key.clone()))
+                    .ok_or_else(|| StoreError::Corrupt("a conflicting key vanished".into()))?;
+                Ok(if record.request_hash == r.request_hash {
+                    Registration::Replayed(record.clone())
+                } else {
+                    Registration::KeyReused
+                })
+            })
+            .collect()
+    }
+}
