@@ -45,12 +45,14 @@ enum Command {
 #[derive(Subcommand)]
 enum BenchSql {
     /// Registering a new operation, as intake does.
-    RegisterNew {
+    #[command(name = "register-new")]
+    New {
         #[arg(long)]
         agent: String,
     },
     /// Replaying an existing key, as intake does: keys PREFIX1 … PREFIX<KEYS>.
-    RegisterReplay {
+    #[command(name = "register-replay")]
+    Replay {
         #[arg(long)]
         agent: String,
         #[arg(long)]
@@ -59,7 +61,8 @@ enum BenchSql {
         keys: u64,
     },
     /// Plain SQL registering keys PREFIX1 … PREFIX<KEYS> (to prepare a replay run).
-    RegisterKeys {
+    #[command(name = "register-keys")]
+    Keys {
         #[arg(long)]
         agent: String,
         #[arg(long)]
@@ -80,15 +83,15 @@ async fn main() -> anyhow::Result<()> {
         .init();
     if let Command::BenchSql(script) = &cli.command {
         let text = match script {
-            BenchSql::RegisterNew { agent } => {
+            BenchSql::New { agent } => {
                 opgate_store::bench_sql::register_new_operation(agent)
             }
-            BenchSql::RegisterReplay {
+            BenchSql::Replay {
                 agent,
                 key_prefix,
                 keys,
             } => opgate_store::bench_sql::register_replay(agent, key_prefix, *keys),
-            BenchSql::RegisterKeys {
+            BenchSql::Keys {
                 agent,
                 key_prefix,
                 keys,
