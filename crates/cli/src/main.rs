@@ -83,9 +83,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     if let Command::BenchSql(script) = &cli.command {
         let text = match script {
-            BenchSql::New { agent } => {
-                opgate_store::bench_sql::register_new_operation(agent)
-            }
+            BenchSql::New { agent } => opgate_store::bench_sql::register_new_operation(agent),
             BenchSql::Replay {
                 agent,
                 key_prefix,
