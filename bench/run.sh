@@ -91,6 +91,7 @@ intake_rss=$(peak_rss_mib intake)
 drain() { # drain EXECUTORS BATCH
   local executors=$1 batch=$2
   sql "DELETE FROM outbox" >/dev/null
+  sql "VACUUM ANALYZE outbox, operations" >/dev/null
   (cd "$out" && pgbench -n -M prepared -c 8 -j 2 -t $((drain_n / 8)) -f "$out/register-new.sql" "$DATABASE_URL" >/dev/null 2>&1)
   local pending; pending=$(sql "SELECT count(*) FROM outbox")
   local started; started=$(date +%s.%N)
@@ -110,6 +111,7 @@ for config in "1 32" "2 32" "1 8"; do
 done
 
 log "end to end, Prefer: wait=5, one client"
+sql "VACUUM ANALYZE outbox, operations, operation_events" >/dev/null
 start executor-e2e env RUST_LOG=warn "$bin/executor" --provider-url "$sim_url" >/dev/null
 start reconciler env RUST_LOG=warn "$bin/reconciler" --provider-url "$sim_url" >/dev/null
 opgate_json=$("$bin/loadgen" --url "$base" --key "$key" --json --warmup "${warm}s" --scenario wait --wait-secs 5 --concurrency 1 --duration "${wait_dur}s" --run-id wait)
