@@ -20,7 +20,7 @@ test:
 run: build
 	$(WITH_PG) scripts/demo.sh
 
-## bench: opgate beside pgbench on the same SQL, written to docs/benchmarks.md (~5 min).
+## bench: opgate beside pgbench on the same SQL, written to docs/benchmarks.md (~10 min).
 bench:
 	$(CARGO) build --release --workspace --bins
 	$(WITH_PG) bench/run.sh full

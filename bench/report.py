@@ -89,6 +89,21 @@ out.append("\n## End to end: `POST` with `Prefer: wait=5`, one client, idle syst
 lat = wait["latency_ms"]
 out.append(f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms over {wait['requests']} payments "
            f"({sum(wait.get('unexpected_status', {}).values())} not settled within the wait).\n")
+growth_new = by("growth_intake_new")
+growth_drain = by("growth_executor_drain")
+if growth_new:
+    base_new = new[32]["opgate"]["requests_per_s"] if 32 in new else float("nan")
+    base_drain = next((d["operations_per_s"] for d in drains if d["executors"] == 1 and d["batch"] == 32), float("nan"))
+    out.append("## Growth: the same figures with finished operations already stored\n")
+    out.append("| existing operations | intake new req/s (32 clients) | vs. empty | drain ops/s (1 executor, batch 32) | vs. empty |")
+    out.append("|---:|---:|---:|---:|---:|")
+    out.append(f"| run start | {base_new:.0f} | 1.00 | {base_drain:.0f} | 1.00 |")
+    for g in growth_new:
+        d = next((x for x in growth_drain if x["existing"] == g["existing"]), None)
+        drain_rate = d["operations_per_s"] if d else float("nan")
+        out.append(f"| {g['existing']:,} | {g['opgate']['requests_per_s']:.0f} | {ratio(g['opgate']['requests_per_s'], base_new):.2f} | "
+                   f"{drain_rate:.0f} | {ratio(drain_rate, base_drain):.2f} |")
+    out.append("")
 out.append("## Peak RSS (VmHWM) under that load\n")
 out.append(f"intake {rss['intake']} MiB, executor {rss['executor']} MiB, reconciler {rss['reconciler']} MiB.\n")
 
@@ -114,6 +129,12 @@ out.append("|---|---|---|")
 for name, met, value in targets:
     out.append(f"| {name} | {'yes' if met else '**no**'} | {value} |")
 out.append("| executor drain ≥ 0.5 × pgbench claim-and-complete | not measured | no pgbench pair for the drain yet |")
-out.append("| figures at 10 M existing operations within 10 % of zero | not measured | growth runs not built yet |")
+if growth_new:
+    largest = max(growth_new, key=lambda g: g["existing"])
+    d = next((x for x in growth_drain if x["existing"] == largest["existing"]), None)
+    r_new = ratio(largest["opgate"]["requests_per_s"], base_new)
+    r_drain = ratio(d["operations_per_s"], base_drain) if d else float("nan")
+    met = r_new >= 0.9 and r_drain >= 0.9
+    out.append(f"| figures at {largest['existing']:,} existing operations within 10 % of the start | {'yes' if met else '**no**'} | intake {r_new:.2f} ×, drain {r_drain:.2f} × |")
 open(md_path, "w").write("\n".join(out) + "\n")
 print("\n".join(out))

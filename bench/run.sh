@@ -14,8 +14,8 @@ out="$root/target/bench"
 mkdir -p "$out"
 : "${DATABASE_URL:?run through make bench}"
 case "$mode" in
-  quick) dur=3; warm=1; drain_n=2000; wait_dur=3 ;;
-  full) dur=15; warm=3; drain_n=20000; wait_dur=15 ;;
+  quick) dur=3; warm=1; drain_n=2000; wait_dur=3; growth="100000" ;;
+  full) dur=15; warm=3; drain_n=20000; wait_dur=15; growth="1000000 10000000" ;;
   *) echo "usage: $0 quick|full" >&2; exit 2 ;;
 esac
 
@@ -108,6 +108,30 @@ drain() { # drain EXECUTORS BATCH
 for config in "1 32" "2 32" "1 8"; do
   log "executor drain, executors/batch $config"
   record "$(drain $config)"
+done
+
+# Growth: the same intake and drain figures with many finished operations already in
+# the table (filled directly with SQL: setup, not measured), compared with the above.
+existing=0
+for target in $growth; do
+  log "growth: filling to $target existing operations"
+  sql "WITH filled AS (
+         INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type, customer_id,
+                                 request_hash, request_payload, status, attempts, provider_reference)
+         SELECT gen_random_uuid(), '$agent', 'growth-' || g, 'payment', 'cus_bench', repeat('0', 64),
+                '{\"amount\":\"10.00\",\"currency\":\"USD\",\"customer_id\":\"cus_bench\",\"invoice_id\":\"inv_bench\",\"operation_type\":\"payment\"}'::jsonb,
+                'SUCCEEDED', 1, 'pay_growth_' || g
+         FROM generate_series($existing + 1, $target) AS g
+         RETURNING operation_id, agent_id)
+       INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
+       SELECT operation_id, agent_id, NULL, 'SUCCEEDED', 'bench', 'growth fill' FROM filled" >/dev/null
+  sql "VACUUM ANALYZE operations, operation_events, outbox" >/dev/null
+  existing=$target
+  log "growth: intake new operations, 32 clients, with $existing existing"
+  opgate_json=$(loadgen --scenario new --concurrency 32 --duration "${dur}s" --run-id "growth-new-$existing")
+  record "{\"scenario\": \"growth_intake_new\", \"existing\": $existing, \"clients\": 32, \"opgate\": $opgate_json}"
+  log "growth: executor drain, with $existing existing"
+  record "$(drain 1 32 | sed "s/\"executor_drain\"/\"growth_executor_drain\", \"existing\": $existing/")"
 done
 
 log "end to end, Prefer: wait=5, one client"
