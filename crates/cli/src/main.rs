@@ -60,6 +60,9 @@ enum BenchSql {
         #[arg(long)]
         keys: u64,
     },
+    /// The executor's claim (batch of one) and fenced completion, one transaction.
+    #[command(name = "claim-and-complete")]
+    ClaimAndComplete,
     /// Plain SQL registering keys PREFIX1 … PREFIX<KEYS> (to prepare a replay run).
     #[command(name = "register-keys")]
     Keys {
@@ -89,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
                 key_prefix,
                 keys,
             } => opgate_store::bench_sql::register_replay(agent, key_prefix, *keys),
+            BenchSql::ClaimAndComplete => opgate_store::bench_sql::claim_and_complete(),
             BenchSql::Keys {
                 agent,
                 key_prefix,

@@ -2,6 +2,8 @@
 //! the very SQL the services run, side by side with them, and the two cannot drift.
 //! Parameters become pgbench variables or constants; nothing else changes.
 
+use crate::execution::CLAIM_DUE;
+use crate::fenced::TRANSITION;
 use crate::operations::{FIND_BY_IDEMPOTENCY_KEY, REGISTER_OPERATION};
 
 const REQUEST_HASH: &str = "'0000000000000000000000000000000000000000000000000000000000000000'";
@@ -61,6 +63,30 @@ pub fn register_keys(agent_id: &str, key_prefix: &str, keys: u64) -> String {
         .collect()
 }
 
+/// The executor's claim (batch of one, as `--batch-size 1` runs it) and its fenced
+/// completion to SUCCEEDED, as one pgbench transaction: the claimed row's id and
+/// token pass from the first statement to the second with `\gset`. The outbox must
+/// hold at least as many due events as the run has transactions.
+pub fn claim_and_complete() -> String {
+    let owner = "('pgbench-' || :client_id)".to_owned();
+    let claim = bind(CLAIM_DUE, &[owner.clone(), "30000".into(), "1".into()]);
+    let complete = bind(
+        TRANSITION,
+        &[
+            ":operation_id".into(),
+            ":fencing_token".into(),
+            "'IN_PROGRESS'".into(),
+            "'SUCCEEDED'".into(),
+            "'pay_pgbench'".into(),
+            "NULL".into(),
+            owner,
+            "'provider confirmed the payment'".into(),
+            "0".into(),
+        ],
+    );
+    format!("{} \\gset\n{};\n", one_line(&claim), one_line(&complete))
+}
+
 fn register_values(agent_id: &str, key: String) -> Vec<String> {
     vec![
         "gen_random_uuid()".into(),
@@ -79,9 +105,14 @@ fn register_values(agent_id: &str, key: String) -> Vec<String> {
     ]
 }
 
-/// pgbench reads one statement per line.
+/// pgbench reads one statement per line; `--` comments would swallow the rest of it.
 fn one_line(statement: &str) -> String {
-    statement.split_whitespace().collect::<Vec<_>>().join(" ")
+    statement
+        .lines()
+        .map(|line| line.split("--").next().unwrap_or_default())
+        .flat_map(str::split_whitespace)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]
@@ -105,5 +136,8 @@ mod tests {
         assert!(replay.contains("random(1, 100)"));
         assert_eq!(replay.lines().count(), 3);
         assert!(!replay.contains('$'));
+        let drain = claim_and_complete();
+        assert!(drain.contains("FOR UPDATE OF o, op SKIP LOCKED") && drain.contains("\\gset"));
+        assert!(!drain.contains('$') && !drain.contains("--"), "{drain}");
     }
 }

@@ -29,7 +29,7 @@ pub struct ClaimedOperation {
     pub trace_context: Option<String>,
 }
 
-const CLAIM_DUE: &str = "
+pub(crate) const CLAIM_DUE: &str = "
 WITH due AS (
     SELECT o.event_id, o.operation_id, op.status AS previous_status
     FROM outbox o

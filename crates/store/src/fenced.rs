@@ -41,7 +41,7 @@ pub struct Completion<'a> {
     pub next_check_in: Option<Duration>,
 }
 
-const TRANSITION: &str = "
+pub(crate) const TRANSITION: &str = "
 WITH updated AS (
     UPDATE operations
     SET status = $4,
