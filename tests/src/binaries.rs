@@ -222,81 +222,99 @@ impl ProviderSim {
     }
 }
 
-/// An `executor` against a database and a provider.
-pub struct Executor {
+/// A worker binary (executor or reconciler): its ready line is
+/// `<name> running as <owner>; metrics at <url>`.
+pub struct Worker {
     pub service: Service,
+    name: &'static str,
 }
 
-impl Executor {
-    pub async fn start(database_url: &str, provider_url: &str, extra_args: &[&str]) -> Self {
-        Self::start_with_env(database_url, provider_url, extra_args, &[]).await
-    }
-
-    /// With extra environment variables (OTEL_*, RUST_LOG, …).
-    pub async fn start_with_env(
-        database_url: &str,
-        provider_url: &str,
-        extra_args: &[&str],
-        env: &[(&str, &str)],
-    ) -> Self {
-        let mut args = vec!["--provider-url", provider_url, "--poll-interval", "200ms"];
-        args.extend_from_slice(extra_args);
-        let mut envs = vec![("DATABASE_URL", database_url)];
-        envs.extend_from_slice(env);
-        let service = Service::spawn("executor", &args, &envs).await;
-        assert!(
-            service.ready_line.starts_with("executor running as"),
-            "{}",
-            service.ready_line
-        );
-        Self { service }
-    }
-
-    pub fn owner(&self) -> &str {
-        owner_in(&self.service.ready_line, "executor running as ")
-    }
-
-    /// The executor's Prometheus endpoint.
-    pub fn metrics_url(&self) -> &str {
-        metrics_url_in(&self.service.ready_line)
-    }
-}
-
+/// An `executor` against a database and a provider, polling every 200 ms.
+pub type Executor = Worker;
 /// A `reconciler` against a database and a provider, sweeping every 50 ms.
-pub struct Reconciler {
-    pub service: Service,
-}
+pub type Reconciler = Worker;
 
-impl Reconciler {
+impl Worker {
+    async fn spawn(
+        name: &'static str,
+        fast_poll: [&str; 2],
+        database_url: &str,
+        provider_url: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut args = vec!["--provider-url", provider_url, fast_poll[0], fast_poll[1]];
+        args.extend_from_slice(extra_args);
+        let mut envs = vec![("DATABASE_URL", database_url)];
+        envs.extend_from_slice(env);
+        let service = Service::spawn(name, &args, &envs).await;
+        let expected = format!("{name} running as");
+        assert!(
+            service.ready_line.starts_with(&expected),
+            "{}",
+            service.ready_line
+        );
+        Self { service, name }
+    }
+
+    /// An executor (`Executor::start`).
     pub async fn start(database_url: &str, provider_url: &str, extra_args: &[&str]) -> Self {
         Self::start_with_env(database_url, provider_url, extra_args, &[]).await
     }
 
-    /// With extra environment variables (OTEL_*, RUST_LOG, …).
+    /// An executor with extra environment variables (OTEL_*, RUST_LOG, …).
     pub async fn start_with_env(
         database_url: &str,
         provider_url: &str,
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
-        let mut args = vec!["--provider-url", provider_url, "--interval", "50ms"];
-        args.extend_from_slice(extra_args);
-        let mut envs = vec![("DATABASE_URL", database_url)];
-        envs.extend_from_slice(env);
-        let service = Service::spawn("reconciler", &args, &envs).await;
-        assert!(
-            service.ready_line.starts_with("reconciler running as"),
-            "{}",
-            service.ready_line
-        );
-        Self { service }
+        Self::spawn(
+            "executor",
+            ["--poll-interval", "200ms"],
+            database_url,
+            provider_url,
+            extra_args,
+            env,
+        )
+        .await
+    }
+
+    /// A reconciler.
+    pub async fn start_reconciler(
+        database_url: &str,
+        provider_url: &str,
+        extra_args: &[&str],
+    ) -> Self {
+        Self::start_reconciler_with_env(database_url, provider_url, extra_args, &[]).await
+    }
+
+    /// A reconciler with extra environment variables.
+    pub async fn start_reconciler_with_env(
+        database_url: &str,
+        provider_url: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::spawn(
+            "reconciler",
+            ["--interval", "50ms"],
+            database_url,
+            provider_url,
+            extra_args,
+            env,
+        )
+        .await
     }
 
     pub fn owner(&self) -> &str {
-        owner_in(&self.service.ready_line, "reconciler running as ")
+        owner_in(
+            &self.service.ready_line,
+            &format!("{} running as ", self.name),
+        )
     }
 
-    /// The reconciler's Prometheus endpoint.
+    /// The worker's Prometheus endpoint.
     pub fn metrics_url(&self) -> &str {
         metrics_url_in(&self.service.ready_line)
     }

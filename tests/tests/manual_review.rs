@@ -26,7 +26,7 @@ async fn review_queue(stack: &Stack) -> (Uuid, Uuid) {
         .unwrap()
         .local_addr()
         .unwrap();
-    let _reconciler = Reconciler::start(
+    let _reconciler = Reconciler::start_reconciler(
         &stack.db.url,
         &format!("http://{closed}"),
         &["--max-checks", "1"],

@@ -47,7 +47,7 @@ async fn one_payment_is_one_trace_across_every_service() {
     )
     .await;
     let _reconciler =
-        Reconciler::start_with_env(&stack.db.url, &stack.sim.base_url, &[], &env).await;
+        Reconciler::start_reconciler_with_env(&stack.db.url, &stack.sim.base_url, &[], &env).await;
 
     // The agent sends its own trace context: opgate must continue that trace.
     let agent_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -278,7 +278,7 @@ async fn metrics_move_with_replays_lost_answers_and_reconciliations() {
     .await;
 
     // The reconciler resolves it: a successful reconciliation, and the gauge drops.
-    let reconciler = Reconciler::start(
+    let reconciler = Reconciler::start_reconciler(
         &stack.db.url,
         &stack.sim.base_url,
         &["--gauge-interval", "100ms"],
@@ -334,7 +334,7 @@ async fn no_secret_reaches_a_log_line_or_a_span_at_any_log_level() {
     )
     .await;
     let reconciler =
-        Reconciler::start_with_env(&stack.db.url, &stack.sim.base_url, &[], &env).await;
+        Reconciler::start_reconciler_with_env(&stack.db.url, &stack.sim.base_url, &[], &env).await;
     let (c, base, key) = (
         &stack.client,
         stack.intake.base_url.as_str(),

@@ -35,7 +35,7 @@ async fn a_dropped_answer_is_resolved_succeeded_with_the_ledgers_reference() {
     )
     .await;
     let id = lost_answer(&stack, "lost-1").await;
-    let reconciler = Reconciler::start(&stack.db.url, &stack.sim.base_url, &FAST).await;
+    let reconciler = Reconciler::start_reconciler(&stack.db.url, &stack.sim.base_url, &FAST).await;
     let op = stack.wait_for_status(id, "SUCCEEDED", SETTLE).await;
     let charges = stack.charges_for(id).await;
     assert_eq!(charges.len(), 1);
@@ -65,7 +65,7 @@ async fn a_pending_payment_is_rechecked_with_backoff_until_it_settles() {
     let will_fail = stack.pay("pending_b", "pending-b").await;
     let a = stack.wait_for_status(will_succeed, "UNKNOWN", SETTLE).await;
     let b = stack.wait_for_status(will_fail, "UNKNOWN", SETTLE).await;
-    let _reconciler = Reconciler::start(
+    let _reconciler = Reconciler::start_reconciler(
         &stack.db.url,
         &stack.sim.base_url,
         &["--backoff-base", "50ms", "--backoff-max", "400ms"],
@@ -146,7 +146,8 @@ async fn failing_lookups_escalate_to_manual_review_after_the_limit() {
         .unwrap();
     let mut args = vec!["--max-checks", "3"];
     args.extend_from_slice(&FAST);
-    let _reconciler = Reconciler::start(&stack.db.url, &format!("http://{closed}"), &args).await;
+    let _reconciler =
+        Reconciler::start_reconciler(&stack.db.url, &format!("http://{closed}"), &args).await;
     let op = stack.wait_for_status(id, "MANUAL_REVIEW", SETTLE).await;
     assert!(op.last_error.unwrap().contains("lookup failed"));
     let events = stack.db.store.operation_events(id).await.unwrap();
@@ -183,7 +184,7 @@ async fn not_found_past_the_grace_period_needs_review_or_fails_when_authoritativ
     stack.sim.set_faults(serde_json::json!({})).await;
 
     // A grace period longer than the test: not found keeps it UNKNOWN.
-    let patient = Reconciler::start(
+    let patient = Reconciler::start_reconciler(
         &stack.db.url,
         &stack.sim.base_url,
         &[
@@ -206,11 +207,12 @@ async fn not_found_past_the_grace_period_needs_review_or_fails_when_authoritativ
             .then_some(())
     })
     .await;
-    assert_eq!(stack.operation(review).await.status.as_str(), "UNKNOWN");
+    // Stopped between sweeps, the operation is back in UNKNOWN, not concluded.
     assert!(patient.service.terminate().await.success());
+    assert_eq!(stack.operation(review).await.status.as_str(), "UNKNOWN");
 
     // Default: past the grace, an operator decides.
-    let reviewer = Reconciler::start(
+    let reviewer = Reconciler::start_reconciler(
         &stack.db.url,
         &stack.sim.base_url,
         &["--not-found-grace", "0s"],
@@ -233,7 +235,7 @@ async fn not_found_past_the_grace_period_needs_review_or_fails_when_authoritativ
         ],
     )
     .success();
-    let _authoritative = Reconciler::start(
+    let _authoritative = Reconciler::start_reconciler(
         &stack.db.url,
         &stack.sim.base_url,
         &[

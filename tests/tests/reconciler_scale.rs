@@ -54,8 +54,12 @@ async fn two_reconcilers_resolve_a_thousand_unknown_operations_one_check_at_a_ti
     .await;
     drop(executor);
 
-    let a = Reconciler::start(&stack.db.url, &stack.sim.base_url, &["--batch-size", "50"]).await;
-    let b = Reconciler::start(&stack.db.url, &stack.sim.base_url, &["--batch-size", "50"]).await;
+    let a =
+        Reconciler::start_reconciler(&stack.db.url, &stack.sim.base_url, &["--batch-size", "50"])
+            .await;
+    let b =
+        Reconciler::start_reconciler(&stack.db.url, &stack.sim.base_url, &["--batch-size", "50"])
+            .await;
     stack
         .wait_all_succeeded(1000, Duration::from_secs(120))
         .await;
@@ -99,7 +103,7 @@ async fn a_reconciler_killed_mid_sweep_has_its_operations_rescued_after_the_leas
             held.push(socket);
         }
     });
-    let doomed = Reconciler::start(
+    let doomed = Reconciler::start_reconciler(
         &stack.db.url,
         &silent_url,
         &[
@@ -119,7 +123,7 @@ async fn a_reconciler_killed_mid_sweep_has_its_operations_rescued_after_the_leas
     .await;
     doomed.service.kill9().await;
 
-    let rescuer = Reconciler::start(&stack.db.url, &stack.sim.base_url, &[]).await;
+    let rescuer = Reconciler::start_reconciler(&stack.db.url, &stack.sim.base_url, &[]).await;
     stack.wait_all_succeeded(5, Duration::from_secs(30)).await;
     for id in &ids {
         let events = stack.db.store.operation_events(*id).await.unwrap();

@@ -94,24 +94,36 @@ impl Store {
         batch: &[PendingRegistration],
     ) -> Result<Vec<Registration>, StoreError> {
         let client = self.client().await?;
-        let column =
-            |f: fn(&PendingRegistration) -> String| batch.iter().map(f).collect::<Vec<_>>();
-        let ids: Vec<Uuid> = batch.iter().map(|r| r.operation_id).collect();
-        let agents = column(|r| r.agent_id.clone());
-        let keys = column(|r| r.idempotency_key.clone());
-        let customers = column(|r| r.customer_id.clone());
-        let hashes = column(|r| r.request_hash.as_str().to_owned());
-        let payloads: Vec<&serde_json::Value> = batch.iter().map(|r| &r.payload).collect();
-        let traces: Vec<Option<&str>> = batch.iter().map(|r| r.trace_context.as_deref()).collect();
+        // Keys in one order for every batch: two batches inserting overlapping keys in
+        // different orders would each wait on the other's unique-index entry (deadlock).
+        let mut ordered: Vec<&PendingRegistration> = batch.iter().collect();
+        ordered.sort_by(|a, b| {
+            (&a.agent_id, &a.idempotency_key).cmp(&(&b.agent_id, &b.idempotency_key))
+        });
+        let ids: Vec<Uuid> = ordered.iter().map(|r| r.operation_id).collect();
+        let agents: Vec<&str> = ordered.iter().map(|r| r.agent_id.as_str()).collect();
+        let keys: Vec<&str> = ordered.iter().map(|r| r.idempotency_key.as_str()).collect();
+        let customers: Vec<&str> = ordered.iter().map(|r| r.customer_id.as_str()).collect();
+        let hashes: Vec<&str> = ordered.iter().map(|r| r.request_hash.as_str()).collect();
+        let payloads: Vec<&serde_json::Value> = ordered.iter().map(|r| &r.payload).collect();
+        let traces: Vec<Option<&str>> =
+            ordered.iter().map(|r| r.trace_context.as_deref()).collect();
         let register = client.prepare_cached(REGISTER_BATCH).await?;
-        let rows = client
-            .query(
-                &register,
-                &[
-                    &ids, &agents, &keys, &customers, &hashes, &payloads, &traces,
-                ],
-            )
-            .await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+            &ids, &agents, &keys, &customers, &hashes, &payloads, &traces,
+        ];
+        // A deadlock victim's statement was rolled back whole, so running it again is
+        // safe (a single-request registration from another intake can still interleave).
+        let rows = match client.query(&register, &params).await {
+            Err(error)
+                if error.code()
+                    == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED) =>
+            {
+                tracing::warn!("registration batch chosen as a deadlock victim; running it again");
+                client.query(&register, &params).await?
+            }
+            other => other?,
+        };
         let mut created = HashMap::new();
         for row in &rows {
             let record = operation_from_row(row)?;
