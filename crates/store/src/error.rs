@@ -46,6 +46,13 @@ impl From<tokio_postgres::Error> for StoreError {
     }
 }
 
+/// A status the domain does not know, read back from the database.
+impl From<opgate_domain::UnknownStatus> for StoreError {
+    fn from(error: opgate_domain::UnknownStatus) -> Self {
+        StoreError::Corrupt(error.to_string())
+    }
+}
+
 impl From<deadpool_postgres::PoolError> for StoreError {
     fn from(error: deadpool_postgres::PoolError) -> Self {
         match error {

@@ -226,9 +226,7 @@ fn claimed_from_row(row: &Row) -> Result<ClaimedOperation, StoreError> {
         operation_id: row.get("operation_id"),
         agent_id: row.get("agent_id"),
         fencing_token: row.get("fencing_token"),
-        previous_status: previous
-            .parse()
-            .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+        previous_status: previous.parse()?,
         attempts: row.get("attempts"),
         retry_count: row.get("retry_count"),
         payload: row.get("request_payload"),

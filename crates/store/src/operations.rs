@@ -43,12 +43,14 @@ pub enum Registration {
     KeyReused,
 }
 
+/// The columns `operation_from_row` reads, for every statement that returns operations.
 macro_rules! operation_columns {
     () => {
         "operation_id, agent_id, operation_type, status, provider_reference, attempts, \
          last_error, request_hash, created_at, updated_at"
     };
 }
+pub(crate) use operation_columns;
 
 /// `ON CONFLICT DO NOTHING` makes a concurrent duplicate wait for the first insert to
 /// commit and then insert nothing; the outbox and audit rows are written only for a
@@ -172,9 +174,7 @@ impl Store {
 
 pub(crate) fn operation_from_row(row: &Row) -> Result<OperationRecord, StoreError> {
     let status: String = row.get("status");
-    let status = status
-        .parse()
-        .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
+    let status = status.parse()?;
     let request_hash: String = row.get("request_hash");
     Ok(OperationRecord {
         operation_id: row.get("operation_id"),

@@ -6,7 +6,7 @@ use opgate_domain::OperationStatus;
 use uuid::Uuid;
 
 use crate::error::StoreError;
-use crate::operations::{operation_from_row, OperationRecord};
+use crate::operations::{operation_columns, operation_from_row, OperationRecord};
 use crate::pool::Store;
 
 #[derive(Debug, Clone, Default)]
@@ -25,16 +25,17 @@ pub enum OperatorAction {
     NotFound,
 }
 
-const LIST_OPERATIONS: &str = "
-SELECT operation_id, agent_id, operation_type, status, provider_reference, attempts,
-       last_error, request_hash, created_at, updated_at
-FROM operations
-WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR agent_id = $2)
-ORDER BY created_at DESC, operation_id
-LIMIT $3";
+const LIST_OPERATIONS: &str = concat!(
+    "SELECT ",
+    operation_columns!(),
+    " FROM operations
+     WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR agent_id = $2)
+     ORDER BY created_at DESC, operation_id
+     LIMIT $3"
+);
 
-const RESOLVE_FROM_REVIEW: &str = "
-WITH updated AS (
+const RESOLVE_FROM_REVIEW: &str = concat!(
+    "WITH updated AS (
     UPDATE operations
     SET status = $2,
         provider_reference = COALESCE($3, provider_reference),
@@ -49,9 +50,10 @@ WITH updated AS (
     INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
     SELECT operation_id, agent_id, 'MANUAL_REVIEW', $2, $5, $4 FROM updated
 )
-SELECT operation_id, agent_id, operation_type, status, provider_reference, attempts,
-       last_error, request_hash, created_at, updated_at
-FROM updated";
+SELECT ",
+    operation_columns!(),
+    " FROM updated"
+);
 
 const CURRENT_STATUS: &str = "SELECT status FROM operations WHERE operation_id = $1";
 
@@ -105,9 +107,7 @@ impl Store {
             None => Ok(OperatorAction::NotFound),
             Some(row) => {
                 let status: String = row.get(0);
-                let status = status
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
+                let status = status.parse()?;
                 Ok(OperatorAction::NotInReview(status))
             }
         }

@@ -98,9 +98,7 @@ fn claimed_from_row(row: &Row) -> Result<ClaimedReconciliation, StoreError> {
         operation_id: row.get("operation_id"),
         agent_id: row.get("agent_id"),
         fencing_token: row.get("fencing_token"),
-        previous_status: previous
-            .parse()
-            .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+        previous_status: previous.parse()?,
         checks: row.get("reconcile_checks"),
         provider_reference: row.get("provider_reference"),
         payload: row.get("request_payload"),

@@ -11,7 +11,7 @@ use opgate_domain::RequestHash;
 use uuid::Uuid;
 
 use crate::error::StoreError;
-use crate::operations::{operation_from_row, NewOperation, Registration};
+use crate::operations::{operation_columns, operation_from_row, NewOperation, Registration};
 use crate::pool::Store;
 
 /// A registration that can wait in a queue (owns its values).
@@ -41,13 +41,6 @@ impl PendingRegistration {
     }
 }
 
-macro_rules! batch_columns {
-    () => {
-        "operation_id, agent_id, operation_type, status, provider_reference, attempts, \
-         last_error, request_hash, created_at, updated_at"
-    };
-}
-
 const REGISTER_BATCH: &str = concat!(
     "WITH input AS (
         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
@@ -62,7 +55,7 @@ const REGISTER_BATCH: &str = concat!(
         FROM input
         ON CONFLICT (agent_id, idempotency_key) DO NOTHING
         RETURNING ",
-    batch_columns!(),
+    operation_columns!(),
     ", trace_context
     ), outbox_event AS (
         INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
@@ -73,13 +66,13 @@ const REGISTER_BATCH: &str = concat!(
         FROM inserted
     )
     SELECT ",
-    batch_columns!(),
+    operation_columns!(),
     " FROM inserted"
 );
 
 const FIND_BY_KEYS: &str = concat!(
     "SELECT ",
-    batch_columns!(),
+    operation_columns!(),
     ", idempotency_key FROM operations
      WHERE (agent_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
 );
