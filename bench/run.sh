@@ -81,7 +81,8 @@ stop intake-single
 
 log "intake, replays, 32 clients"
 "$bin/opgate" bench-sql register-keys --agent "$agent" --key-prefix "pgreplay-" --keys 1000 | psql "$DATABASE_URL" -X -q >/dev/null
-"$bin/opgate" bench-sql register-replay --agent "$agent" --key-prefix "pgreplay-" --keys 1000 >"$out/register-replay.sql"
+key_id=${key#opg_}; key_id=${key_id%%_*}
+"$bin/opgate" bench-sql register-replay --key-id "$key_id" --key-prefix "pgreplay-" --keys 1000 >"$out/register-replay.sql"
 opgate_json=$(loadgen --scenario replay --prefill 1000 --concurrency 32 --duration "${dur}s" --run-id replay)
 pg_json=$(pgbench_run replay 32 "$out/register-replay.sql")
 record "{\"scenario\": \"intake_replay\", \"clients\": 32, \"opgate\": $opgate_json, \"pgbench\": $pg_json}"

@@ -53,8 +53,9 @@ enum BenchSql {
     /// Replaying an existing key, as intake does: keys PREFIX1 … PREFIX<KEYS>.
     #[command(name = "register-replay")]
     Replay {
+        /// The 16 hex digits between `opg_` and `_` in the agent's key.
         #[arg(long)]
-        agent: String,
+        key_id: String,
         #[arg(long)]
         key_prefix: String,
         #[arg(long)]
@@ -88,10 +89,10 @@ async fn main() -> anyhow::Result<()> {
         let text = match script {
             BenchSql::New { agent } => opgate_store::bench_sql::register_new_operation(agent),
             BenchSql::Replay {
-                agent,
+                key_id,
                 key_prefix,
                 keys,
-            } => opgate_store::bench_sql::register_replay(agent, key_prefix, *keys),
+            } => opgate_store::bench_sql::register_replay(key_id, key_prefix, *keys),
             BenchSql::ClaimAndComplete => opgate_store::bench_sql::claim_and_complete(),
             BenchSql::Keys {
                 agent,

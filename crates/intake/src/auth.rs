@@ -5,8 +5,8 @@
 
 use actix_web::http::header;
 use actix_web::HttpRequest;
-use opgate_domain::{AgentPolicy, ApiKey, KeyKind};
-use opgate_store::Store;
+use opgate_domain::{AgentPolicy, ApiKey, IdempotencyKey, KeyKind};
+use opgate_store::{OperationRecord, Store};
 
 use crate::problem::Problem;
 
@@ -23,9 +23,19 @@ pub async fn authenticate(
     request: &HttpRequest,
     store: &Store,
 ) -> Result<AuthenticatedAgent, Problem> {
+    Ok(authenticate_with_existing(request, store, None).await?.0)
+}
+
+/// Authenticates the agent and, in the same database round trip, finds the operation
+/// its Idempotency-Key already names (only returned once the key is verified).
+pub async fn authenticate_with_existing(
+    request: &HttpRequest,
+    store: &Store,
+    idempotency_key: Option<&IdempotencyKey>,
+) -> Result<(AuthenticatedAgent, Option<OperationRecord>), Problem> {
     let key = presented_key(request)?;
     match key.kind() {
-        KeyKind::Agent => verified_agent(store, &key)
+        KeyKind::Agent => verified_agent(store, &key, idempotency_key)
             .await?
             .ok_or_else(Problem::unauthenticated),
         KeyKind::Operator => match verified_operator(store, &key).await? {
@@ -46,7 +56,7 @@ pub async fn authenticate_operator(
         KeyKind::Operator => verified_operator(store, &key)
             .await?
             .ok_or_else(Problem::unauthenticated),
-        KeyKind::Agent => match verified_agent(store, &key).await? {
+        KeyKind::Agent => match verified_agent(store, &key, None).await? {
             Some(_) => Err(Problem::forbidden(
                 "Agent keys cannot use the admin API; it needs an operator key.",
             )),
@@ -63,16 +73,21 @@ fn presented_key(request: &HttpRequest) -> Result<ApiKey, Problem> {
 async fn verified_agent(
     store: &Store,
     key: &ApiKey,
-) -> Result<Option<AuthenticatedAgent>, Problem> {
-    let Some(agent) = store.find_active_agent_by_key_id(key.key_id()).await? else {
+    idempotency_key: Option<&IdempotencyKey>,
+) -> Result<Option<(AuthenticatedAgent, Option<OperationRecord>)>, Problem> {
+    let found = store
+        .find_agent_request_context(key.key_id(), idempotency_key.map(IdempotencyKey::as_str))
+        .await?;
+    let Some(context) = found else {
         return Ok(None);
     };
-    Ok(key
-        .matches_hash(&agent.api_key_hash)
-        .then_some(AuthenticatedAgent {
-            agent_id: agent.agent_id,
-            policy: agent.policy,
-        }))
+    Ok(key.matches_hash(&context.agent.api_key_hash).then(|| {
+        let agent = AuthenticatedAgent {
+            agent_id: context.agent.agent_id,
+            policy: context.agent.policy,
+        };
+        (agent, context.existing)
+    }))
 }
 
 async fn verified_operator(

@@ -27,8 +27,45 @@ pub struct AgentRecord {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
-const AGENT_COLUMNS: &str =
-    "agent_id, key_id, api_key_hash, allowed_operations, max_amounts, created_at, revoked_at";
+/// The columns `agent_from_row` reads: `agent_columns!("a.", "agent_")` selects
+/// `a.agent_id AS agent_agent_id, …` for statements that also return other tables.
+macro_rules! agent_columns {
+    ($table:literal, $alias:literal) => {
+        concat!(
+            $table,
+            "agent_id AS ",
+            $alias,
+            "agent_id, ",
+            $table,
+            "key_id AS ",
+            $alias,
+            "key_id, ",
+            $table,
+            "api_key_hash AS ",
+            $alias,
+            "api_key_hash, ",
+            $table,
+            "allowed_operations AS ",
+            $alias,
+            "allowed_operations, ",
+            $table,
+            "max_amounts AS ",
+            $alias,
+            "max_amounts, ",
+            $table,
+            "created_at AS ",
+            $alias,
+            "created_at, ",
+            $table,
+            "revoked_at AS ",
+            $alias,
+            "revoked_at"
+        )
+    };
+}
+pub(crate) use agent_columns;
+
+const AGENT_COLUMNS: &str = agent_columns!("", "");
 
 const INSERT_AGENT: &str =
     "INSERT INTO agents (agent_id, key_id, api_key_hash, allowed_operations, max_amounts) \
@@ -73,7 +110,6 @@ impl Store {
         Ok(())
     }
 
-    /// The active (not revoked) agent holding this key id, if any.
     #[tracing::instrument(name = "SELECT agents", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "agents"))]
     pub async fn find_active_agent_by_key_id(
         &self,
@@ -88,7 +124,7 @@ impl Store {
         client
             .query_opt(&statement, &[&key_id])
             .await?
-            .map(agent_from_row)
+            .map(|row| agent_from_row(&row, ""))
             .transpose()
     }
 
@@ -101,8 +137,8 @@ impl Store {
                 &[],
             )
             .await?
-            .into_iter()
-            .map(agent_from_row)
+            .iter()
+            .map(|row| agent_from_row(row, ""))
             .collect()
     }
 
@@ -114,17 +150,19 @@ impl Store {
     }
 }
 
-fn agent_from_row(row: Row) -> Result<AgentRecord, StoreError> {
-    let agent_id: String = row.get("agent_id");
+/// Reads the columns of `agent_columns!(_, alias)`.
+pub(crate) fn agent_from_row(row: &Row, alias: &str) -> Result<AgentRecord, StoreError> {
+    let column = |name: &str| format!("{alias}{name}");
+    let agent_id: String = row.get(column("agent_id").as_str());
     let corrupt = |what: String| StoreError::Corrupt(format!("agent {agent_id}: {what}"));
     let allowed_operations = row
-        .get::<_, Vec<String>>("allowed_operations")
+        .get::<_, Vec<String>>(column("allowed_operations").as_str())
         .iter()
         .map(|name| {
             OperationType::parse(name).ok_or_else(|| corrupt(format!("operation type {name:?}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let limits: serde_json::Value = row.get("max_amounts");
+    let limits: serde_json::Value = row.get(column("max_amounts").as_str());
     let max_amounts = limits
         .as_object()
         .ok_or_else(|| corrupt("max_amounts is not an object".into()))?
@@ -138,14 +176,14 @@ fn agent_from_row(row: Row) -> Result<AgentRecord, StoreError> {
         })
         .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
     Ok(AgentRecord {
-        key_id: row.get("key_id"),
-        api_key_hash: row.get("api_key_hash"),
+        key_id: row.get(column("key_id").as_str()),
+        api_key_hash: row.get(column("api_key_hash").as_str()),
         policy: AgentPolicy {
             allowed_operations,
             max_amounts,
         },
-        created_at: row.get("created_at"),
-        revoked_at: row.get("revoked_at"),
+        created_at: row.get(column("created_at").as_str()),
+        revoked_at: row.get(column("revoked_at").as_str()),
         agent_id,
     })
 }

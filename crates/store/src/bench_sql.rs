@@ -2,9 +2,10 @@
 //! the very SQL the services run, side by side with them, and the two cannot drift.
 //! Parameters become pgbench variables or constants; nothing else changes.
 
+use crate::agent_request::AGENT_WITH_EXISTING_OPERATION;
 use crate::execution::CLAIM_DUE;
 use crate::fenced::TRANSITION;
-use crate::operations::{FIND_BY_IDEMPOTENCY_KEY, REGISTER_OPERATION};
+use crate::operations::REGISTER_OPERATION;
 
 const REQUEST_HASH: &str = "'0000000000000000000000000000000000000000000000000000000000000000'";
 const PAYLOAD: &str = r#"'{"amount":"10.00","currency":"USD","customer_id":"cus_bench","invoice_id":"inv_bench","operation_type":"payment"}'::jsonb"#;
@@ -36,17 +37,13 @@ pub fn register_new_operation(agent_id: &str) -> String {
     )
 }
 
-/// A replay, as intake runs it: the registration finds the key taken, then the
-/// existing operation is read. Keys `{prefix}1` … `{prefix}{keys}` must exist.
-pub fn register_replay(agent_id: &str, key_prefix: &str, keys: u64) -> String {
+/// A replay, as intake runs it: the one read that authenticates the agent's key id and
+/// finds the operation its Idempotency-Key names. Keys `{prefix}1` … `{prefix}{keys}`
+/// must exist for the agent holding `key_id`.
+pub fn register_replay(key_id: &str, key_prefix: &str, keys: u64) -> String {
     let key = format!("({} || :i)", sql_text(key_prefix));
-    let register = bind(REGISTER_OPERATION, &register_values(agent_id, key.clone()));
-    let find = bind(FIND_BY_IDEMPOTENCY_KEY, &[sql_text(agent_id), key]);
-    format!(
-        "\\set i random(1, {keys})\n{};\n{};\n",
-        one_line(&register),
-        one_line(&find)
-    )
+    let lookup = bind(AGENT_WITH_EXISTING_OPERATION, &[sql_text(key_id), key]);
+    format!("\\set i random(1, {keys})\n{};\n", one_line(&lookup))
 }
 
 /// Plain SQL (for psql) registering keys `{prefix}1` … `{prefix}{keys}` with the same
@@ -132,9 +129,9 @@ mod tests {
         assert_eq!(variables.len(), 2, "only :client_id and :r: {variables:?}");
         assert!(script.contains("ON CONFLICT (agent_id, idempotency_key) DO NOTHING"));
         assert_eq!(script.lines().count(), 2);
-        let replay = register_replay("bench", "k-", 100);
-        assert!(replay.contains("random(1, 100)"));
-        assert_eq!(replay.lines().count(), 3);
+        let replay = register_replay("00112233aabbccdd", "k-", 100);
+        assert!(replay.contains("random(1, 100)") && replay.contains("LEFT JOIN LATERAL"));
+        assert_eq!(replay.lines().count(), 2);
         assert!(!replay.contains('$'));
         let drain = claim_and_complete();
         assert!(drain.contains("FOR UPDATE OF o, op SKIP LOCKED") && drain.contains("\\gset"));

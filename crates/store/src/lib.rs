@@ -2,6 +2,7 @@
 //! migrations, and one module per table. Callers get domain types and `StoreError`,
 //! never SQL or driver types.
 
+mod agent_request;
 mod agents;
 mod audit;
 pub mod bench_sql;
@@ -18,6 +19,7 @@ mod reconciliation;
 mod registration_batch;
 mod stats;
 
+pub use agent_request::AgentRequestContext;
 pub use agents::{AgentRecord, NewAgent};
 pub use audit::{OperationEvent, PipelineCounts};
 pub use error::StoreError;

@@ -76,7 +76,7 @@ pub(crate) const REGISTER_OPERATION: &str = concat!(
     " FROM inserted"
 );
 
-pub(crate) const FIND_BY_IDEMPOTENCY_KEY: &str = concat!(
+const FIND_BY_IDEMPOTENCY_KEY: &str = concat!(
     "SELECT ",
     operation_columns!(),
     " FROM operations WHERE agent_id = $1 AND idempotency_key = $2"

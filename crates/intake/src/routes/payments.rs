@@ -9,7 +9,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::auth::authenticate;
+use crate::auth::authenticate_with_existing;
 use crate::body::{read_json, require_json_content_type};
 use crate::problem::Problem;
 use crate::view::{operation_response, OperationView};
@@ -75,12 +75,15 @@ pub async fn create_payment(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, Problem> {
-    let agent = authenticate(&request, &state.store).await?;
+    // Read before authenticating, refused after it: a bad key still answers 401 first.
+    let idempotency_key = idempotency_key(&request);
+    let (agent, existing) =
+        authenticate_with_existing(&request, &state.store, idempotency_key.as_ref().ok()).await?;
     agent
         .policy
         .permits_operation(OperationType::Payment)
         .map_err(|denial| Problem::forbidden(denial.to_string()))?;
-    let idempotency_key = idempotency_key(&request)?;
+    let idempotency_key = idempotency_key?;
     require_json_content_type(&request)?;
     let json = read_json(&request, payload).await?;
     let body: PaymentBody =
@@ -110,13 +113,21 @@ pub async fn create_payment(
         request: &payment,
         trace_context: traceparent.as_deref(),
     };
-    let registration = match &state.batcher {
-        Some(batcher) => {
-            batcher
-                .register(PendingRegistration::from_new(&new))
-                .await?
+    let registration = match existing {
+        // The key was already taken when the request was authenticated: a replay, or
+        // a reuse, answered from that read without writing.
+        Some(existing) if existing.request_hash == payment.request_hash() => {
+            Registration::Replayed(existing)
         }
-        None => state.store.register_operation(&new).await?,
+        Some(_) => Registration::KeyReused,
+        None => match &state.batcher {
+            Some(batcher) => {
+                batcher
+                    .register(PendingRegistration::from_new(&new))
+                    .await?
+            }
+            None => state.store.register_operation(&new).await?,
+        },
     };
     let (record, replayed) = match registration {
         Registration::Created(record) => {
