@@ -89,37 +89,50 @@ record "{\"scenario\": \"intake_replay\", \"clients\": 32, \"opgate\": $opgate_j
 intake_rss=$(peak_rss_mib intake)
 
 # Executor drain: a pre-filled outbox, provider-sim answering at once.
-drain() { # drain EXECUTORS BATCH
-  local executors=$1 batch=$2
+prefill_outbox() { # empties the outbox, registers drain_n operations; prints their count
   sql "DELETE FROM outbox" >/dev/null
   sql "VACUUM ANALYZE outbox, operations" >/dev/null
   (cd "$out" && pgbench -n -M prepared -c 8 -j 2 -t $((drain_n / 8)) -f "$out/register-new.sql" "$DATABASE_URL" >/dev/null 2>&1)
-  local pending; pending=$(sql "SELECT count(*) FROM outbox")
+  sql "SELECT count(*) FROM outbox"
+}
+drain() { # drain EXECUTORS BATCH GROUP_COMMIT
+  local executors=$1 batch=$2 group_commit=$3
+  local pending; pending=$(prefill_outbox)
   local started; started=$(date +%s.%N)
   for i in $(seq "$executors"); do
-    start "executor-$i" env RUST_LOG=warn "$bin/executor" --provider-url "$sim_url" --concurrency 64 --batch-size "$batch" --poll-interval 100ms >/dev/null
+    start "executor-$i" env RUST_LOG=warn "$bin/executor" --provider-url "$sim_url" --concurrency 64 \
+      --batch-size "$batch" --group-commit "$group_commit" --poll-interval 100ms >/dev/null
   done
   until [ "$(sql "SELECT count(*) FROM outbox")" = 0 ]; do sleep 0.05; done
   local finished; finished=$(date +%s.%N)
   peak_rss_mib executor-1 >"$out/executor.rss"
   for i in $(seq "$executors"); do stop "executor-$i"; done
-  awk -v n="$pending" -v a="$started" -v b="$finished" -v e="$executors" -v bs="$batch" \
-    'BEGIN { printf "{\"scenario\": \"executor_drain\", \"executors\": %d, \"batch\": %d, \"operations\": %d, \"seconds\": %.3f, \"operations_per_s\": %.1f}\n", e, bs, n, b - a, n / (b - a) }'
+  awk -v n="$pending" -v a="$started" -v b="$finished" -v e="$executors" -v bs="$batch" -v gc="$group_commit" \
+    'BEGIN { printf "{\"scenario\": \"executor_drain\", \"executors\": %d, \"batch\": %d, \"group_commit\": %s, \"operations\": %d, \"seconds\": %.3f, \"operations_per_s\": %.1f}\n", e, bs, gc, n, b - a, n / (b - a) }'
 }
-for config in "1 32" "2 32" "1 8" "1 1"; do
-  log "executor drain, executors/batch $config"
+for config in "1 32 true" "2 32 true" "1 8 true" "1 1 true" "1 32 false"; do
+  log "executor drain, executors/batch/group commit $config"
   record "$(drain $config)"
 done
 
-# The drain's pair: pgbench claiming one event and completing it with the executor's
-# own two statements (claim with batch 1, fenced transition), 8 clients.
-log "pgbench claim-and-complete, 8 clients"
-"$bin/opgate" bench-sql claim-and-complete >"$out/claim-and-complete.sql"
-sql "DELETE FROM outbox" >/dev/null
-sql "VACUUM ANALYZE outbox, operations" >/dev/null
-(cd "$out" && pgbench -n -M prepared -c 8 -j 2 -t $((drain_n / 8)) -f "$out/register-new.sql" "$DATABASE_URL" >/dev/null 2>&1)
-(cd "$out" && pgbench -n -M prepared -c 8 -j 2 -t $((drain_n / 8)) -f "$out/claim-and-complete.sql" "$DATABASE_URL" >"$out/pgbench-drain.txt" 2>&1)
-record "{\"scenario\": \"pgbench_claim_and_complete\", \"clients\": 8, \"events_per_s\": $(awk '/^tps/ {print $3}' "$out/pgbench-drain.txt")}"
+# The drain's pair: pgbench running the executor's own claim (of BATCH events) and its
+# fenced multi-row completion of them, one transaction, 8 clients; timed like the
+# drain, from a pre-filled outbox until the transactions that empty it are done.
+pgbench_drain() { # pgbench_drain BATCH
+  local batch=$1
+  "$bin/opgate" bench-sql claim-and-complete --batch "$batch" >"$out/claim-and-complete-$batch.sql"
+  local pending; pending=$(prefill_outbox)
+  local started; started=$(date +%s.%N)
+  (cd "$out" && pgbench -n -M prepared -c 8 -j 2 -t $((pending / batch / 8 + 2)) -f "$out/claim-and-complete-$batch.sql" "$DATABASE_URL" >"$out/pgbench-drain-$batch.txt" 2>&1)
+  local finished; finished=$(date +%s.%N)
+  local left; left=$(sql "SELECT count(*) FROM outbox")
+  awk -v n="$((pending - left))" -v a="$started" -v b="$finished" -v bs="$batch" \
+    'BEGIN { printf "{\"scenario\": \"pgbench_claim_and_complete\", \"clients\": 8, \"batch\": %d, \"events\": %d, \"seconds\": %.3f, \"events_per_s\": %.1f}\n", bs, n, b - a, n / (b - a) }'
+}
+for batch in 32 8 1; do
+  log "pgbench claim-and-complete, batch $batch, 8 clients"
+  record "$(pgbench_drain "$batch")"
+done
 
 # Growth: the same intake and drain figures with many finished operations already in
 # the table (filled directly with SQL: setup, not measured), compared with the above.
@@ -144,7 +157,7 @@ for target in $growth; do
   opgate_json=$(loadgen --scenario new --concurrency 32 --duration "${dur}s" --run-id "growth-new-$existing")
   record "{\"scenario\": \"growth_intake_new\", \"existing\": $existing, \"clients\": 32, \"opgate\": $opgate_json}"
   log "growth: executor drain, with $existing existing"
-  record "$(drain 1 32 | sed "s/\"executor_drain\"/\"growth_executor_drain\", \"existing\": $existing/")"
+  record "$(drain 1 32 true | sed "s/\"executor_drain\"/\"growth_executor_drain\", \"existing\": $existing/")"
 done
 
 log "end to end, Prefer: wait=5, one client"

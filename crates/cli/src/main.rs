@@ -61,9 +61,13 @@ enum BenchSql {
         #[arg(long)]
         keys: u64,
     },
-    /// The executor's claim (batch of one) and fenced completion, one transaction.
+    /// The executor's claim of up to BATCH events and their fenced completion, one
+    /// transaction.
     #[command(name = "claim-and-complete")]
-    ClaimAndComplete,
+    ClaimAndComplete {
+        #[arg(long, default_value_t = 1)]
+        batch: u32,
+    },
     /// Plain SQL registering keys PREFIX1 … PREFIX<KEYS> (to prepare a replay run).
     #[command(name = "register-keys")]
     Keys {
@@ -93,7 +97,9 @@ async fn main() -> anyhow::Result<()> {
                 key_prefix,
                 keys,
             } => opgate_store::bench_sql::register_replay(key_id, key_prefix, *keys),
-            BenchSql::ClaimAndComplete => opgate_store::bench_sql::claim_and_complete(),
+            BenchSql::ClaimAndComplete { batch } => {
+                opgate_store::bench_sql::claim_and_complete(*batch)
+            }
             BenchSql::Keys {
                 agent,
                 key_prefix,

@@ -36,6 +36,11 @@ pub struct Config {
     #[arg(long, env = "EXECUTOR_BATCH_SIZE", default_value_t = 32)]
     pub batch_size: usize,
 
+    /// Write outcomes that arrive together in one transaction (group commit); false
+    /// writes each in its own.
+    #[arg(long, env = "EXECUTOR_GROUP_COMMIT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub group_commit: bool,
+
     /// Lease on a claimed operation; heartbeats renew it every third of it.
     #[arg(long, env = "EXECUTOR_LEASE", default_value = "30s", value_parser = duration)]
     pub lease: Duration,

@@ -13,6 +13,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
+use crate::completions::Completions;
 use crate::config::Config;
 use crate::settled::SettledNotifier;
 use crate::worker::Worker;
@@ -38,6 +39,12 @@ pub async fn run<P: Provider>(
         retry_base: config.retry_base,
         retry_max: config.retry_max,
         settled: SettledNotifier::spawn(store.clone()),
+        completions: Completions::new(
+            store.clone(),
+            &owner,
+            config.group_commit,
+            config.concurrency,
+        ),
     });
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let in_flight: InFlight = Arc::default();

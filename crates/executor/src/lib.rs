@@ -4,6 +4,7 @@
 //! as a fallback. On shutdown it stops claiming, lets in-flight work finish within a
 //! grace period, and releases the leases of whatever is left.
 
+mod completions;
 pub mod config;
 mod dispatcher;
 mod heartbeat;

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use opgate_domain::OperationStatus;
 use opgate_provider::{PaymentInstruction, Provider, ProviderOutcome};
-use opgate_store::{ClaimedOperation, Completion, FencedWrite, Store};
+use opgate_store::{ClaimedOperation, FencedWrite, PendingTransition, Store};
 use tokio::sync::watch;
 
+use crate::completions::Completions;
 use crate::heartbeat::{spawn_heartbeat, LeaseLost};
 use crate::settled::SettledNotifier;
 use opgate_domain::backoff::retry_delay;
@@ -25,6 +26,8 @@ pub struct Worker<P> {
     pub retry_base: Duration,
     pub retry_max: Duration,
     pub settled: SettledNotifier,
+    /// Where outcomes are written (group commit unless `--group-commit false`).
+    pub completions: Completions,
 }
 
 /// The write a provider call leads to.
@@ -264,21 +267,17 @@ impl<P: Provider> Worker<P> {
                     error,
                     reason,
                 } => {
-                    let completion = Completion {
-                        status: *status,
-                        provider_reference: reference.as_deref(),
-                        last_error: error.as_deref(),
-                        reason,
-                        next_check_in: None,
-                    };
-                    self.store
-                        .transition_with_fence(
-                            op.operation_id,
-                            op.fencing_token,
-                            OperationStatus::InProgress,
-                            &self.owner,
-                            &completion,
-                        )
+                    self.completions
+                        .write(PendingTransition {
+                            operation_id: op.operation_id,
+                            fencing_token: op.fencing_token,
+                            from: OperationStatus::InProgress,
+                            status: *status,
+                            provider_reference: reference.clone(),
+                            last_error: error.clone(),
+                            reason: (*reason).to_owned(),
+                            next_check_in: None,
+                        })
                         .await
                 }
                 Decision::Requeue { delay, error } => {

@@ -57,7 +57,7 @@ pub fn serve(
     let (database_url, workers) = (config.database_url.as_str(), config.workers);
     let state = web::Data::new(AppState {
         batcher: config.group_commit().map(|(committers, max_batch)| {
-            group_commit::RegistrationBatcher::spawn(store.clone(), committers, max_batch)
+            group_commit::spawn(store.clone(), committers, max_batch)
         }),
         executor_waker: wakeups::ExecutorWaker::spawn(store.clone()),
         settled: wakeups::SettledOperations::spawn(database_url.to_owned()),

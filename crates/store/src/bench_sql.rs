@@ -3,7 +3,7 @@
 //! Parameters become pgbench variables or constants; nothing else changes.
 
 use crate::agent_request::AGENT_WITH_EXISTING_OPERATION;
-use crate::execution::CLAIM_DUE;
+use crate::execution::{CLAIM_DUE, CLAIM_RESULT};
 use crate::fenced::TRANSITION;
 use crate::operations::REGISTER_OPERATION;
 
@@ -60,25 +60,35 @@ pub fn register_keys(agent_id: &str, key_prefix: &str, keys: u64) -> String {
         .collect()
 }
 
-/// The executor's claim (batch of one, as `--batch-size 1` runs it) and its fenced
-/// completion to SUCCEEDED, as one pgbench transaction: the claimed row's id and
-/// token pass from the first statement to the second with `\gset`. The outbox must
-/// hold at least as many due events as the run has transactions.
-pub fn claim_and_complete() -> String {
+/// The executor's claim of up to `batch` events and their fenced completion to
+/// SUCCEEDED, as one pgbench transaction. pgbench keeps one row of a result, so the
+/// claim's last line returns the claimed ids and tokens as arrays (`\\gset`) instead
+/// of one row each; the completion is the executor's multi-row transition over them.
+/// The outbox must hold the events the run is to drain.
+pub fn claim_and_complete(batch: u32) -> String {
     let owner = "('pgbench-' || :client_id)".to_owned();
-    let claim = bind(CLAIM_DUE, &[owner.clone(), "30000".into(), "1".into()]);
+    let claim = bind(
+        CLAIM_DUE,
+        &[owner.clone(), "30000".into(), batch.to_string()],
+    );
+    let claim = claim.replace(
+        CLAIM_RESULT,
+        "SELECT coalesce(array_agg(operation_id), '{}') AS ids, \
+         coalesce(array_agg(fencing_token), '{}') AS tokens FROM claimed",
+    );
+    let each = |value: &str| format!("array_fill({value}, ARRAY[cardinality(:ids::uuid[])])");
     let complete = bind(
         TRANSITION,
         &[
-            ":operation_id".into(),
-            ":fencing_token".into(),
-            "'IN_PROGRESS'".into(),
-            "'SUCCEEDED'".into(),
-            "'pay_pgbench'".into(),
-            "NULL".into(),
+            ":ids".into(),
+            ":tokens".into(),
+            each("'IN_PROGRESS'::text"),
+            each("'SUCCEEDED'::text"),
+            each("'pay_pgbench'::text"),
+            each("NULL::text"),
+            each("'provider confirmed the payment'::text"),
+            each("0::float8"),
             owner,
-            "'provider confirmed the payment'".into(),
-            "0".into(),
         ],
     );
     format!("{} \\gset\n{};\n", one_line(&claim), one_line(&complete))
@@ -133,8 +143,9 @@ mod tests {
         assert!(replay.contains("random(1, 100)") && replay.contains("LEFT JOIN LATERAL"));
         assert_eq!(replay.lines().count(), 2);
         assert!(!replay.contains('$'));
-        let drain = claim_and_complete();
+        let drain = claim_and_complete(32);
         assert!(drain.contains("FOR UPDATE OF o, op SKIP LOCKED") && drain.contains("\\gset"));
+        assert!(drain.contains("LIMIT 32") && drain.contains("array_agg(operation_id)"));
         assert!(!drain.contains('$') && !drain.contains("--"), "{drain}");
     }
 }

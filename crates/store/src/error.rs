@@ -31,7 +31,7 @@ impl StoreError {
     pub fn for_batch_member(&self) -> StoreError {
         match self {
             Self::Unavailable(message) => Self::Unavailable(message.clone()),
-            other => Self::BatchFailed(format!("the registration batch failed: {other}")),
+            other => Self::BatchFailed(format!("the batch it was part of failed: {other}")),
         }
     }
 }

@@ -71,6 +71,9 @@ WITH due AS (
 )
 SELECT * FROM claimed";
 
+/// The last line of `CLAIM_DUE` (the pgbench pair aggregates it instead).
+pub(crate) const CLAIM_RESULT: &str = "SELECT * FROM claimed";
+
 const HEARTBEAT: &str = "
 WITH op AS (
     UPDATE operations

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::error::StoreError;
 use crate::execution::millis;
-use crate::pool::Store;
+use crate::pool::{query_rerunning_deadlock_victim, Store};
 
 /// What a fenced write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,28 +41,52 @@ pub struct Completion<'a> {
     pub next_check_in: Option<Duration>,
 }
 
+/// A fenced transition that can wait in a group-commit queue (owns its values).
+#[derive(Debug, Clone)]
+pub struct PendingTransition {
+    pub operation_id: Uuid,
+    pub fencing_token: i64,
+    pub from: OperationStatus,
+    pub status: OperationStatus,
+    pub provider_reference: Option<String>,
+    pub last_error: Option<String>,
+    pub reason: String,
+    /// For UNKNOWN: when the reconciler should check (now when `None`).
+    pub next_check_in: Option<Duration>,
+}
+
+/// Any number of fenced transitions in one statement: each row is updated only if its
+/// fencing token and state are still the ones given, and only updated rows lose their
+/// outbox event and gain an audit row. Returns the ids it applied.
 pub(crate) const TRANSITION: &str = "
-WITH updated AS (
-    UPDATE operations
-    SET status = $4,
-        provider_reference = COALESCE($5, provider_reference),
-        last_error = $6,
+WITH input AS (
+    SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::text[],
+                         $6::text[], $7::text[], $8::float8[])
+        AS t(operation_id, fencing_token, from_status, to_status, provider_reference,
+             last_error, reason, next_check_ms)
+), updated AS (
+    UPDATE operations op
+    SET status = i.to_status,
+        provider_reference = COALESCE(i.provider_reference, op.provider_reference),
+        last_error = i.last_error,
         lease_owner = NULL,
         lease_expires_at = NULL,
-        next_attempt_at = CASE WHEN $4 = 'UNKNOWN'
-                               THEN now() + $9::float8 * interval '1 millisecond' END,
-        unknown_since = CASE WHEN $4 = 'UNKNOWN' AND $3 <> 'RECONCILING' THEN now()
-                             ELSE unknown_since END,
+        next_attempt_at = CASE WHEN i.to_status = 'UNKNOWN'
+                               THEN now() + i.next_check_ms * interval '1 millisecond' END,
+        unknown_since = CASE WHEN i.to_status = 'UNKNOWN' AND i.from_status <> 'RECONCILING'
+                             THEN now() ELSE op.unknown_since END,
         updated_at = now()
-    WHERE operation_id = $1 AND fencing_token = $2 AND status = $3
-    RETURNING operation_id, agent_id
+    FROM input i
+    WHERE op.operation_id = i.operation_id AND op.fencing_token = i.fencing_token
+      AND op.status = i.from_status
+    RETURNING op.operation_id, op.agent_id, i.fencing_token, i.from_status, i.to_status, i.reason
 ), removed AS (
     DELETE FROM outbox WHERE operation_id IN (SELECT operation_id FROM updated)
 ), audit AS (
     INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
-    SELECT operation_id, agent_id, $3, $4, $7, $8, $2 FROM updated
+    SELECT operation_id, agent_id, from_status, to_status, $9, reason, fencing_token FROM updated
 )
-SELECT count(*) FROM updated";
+SELECT operation_id FROM updated";
 
 const RECORD_STALE_WRITE: &str = "
 INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token, outcome)
@@ -72,7 +96,6 @@ FROM operations WHERE operation_id = $1";
 impl Store {
     /// Moves a leased operation from `from` to `completion.status`, only if this
     /// worker's fencing token is still current.
-    #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn transition_with_fence(
         &self,
         operation_id: Uuid,
@@ -81,38 +104,88 @@ impl Store {
         actor: &str,
         completion: &Completion<'_>,
     ) -> Result<FencedWrite, StoreError> {
-        debug_assert!(OperationStatus::can_transition(from, completion.status));
+        let transition = PendingTransition {
+            operation_id,
+            fencing_token,
+            from,
+            status: completion.status,
+            provider_reference: completion.provider_reference.map(str::to_owned),
+            last_error: completion.last_error.map(str::to_owned),
+            reason: completion.reason.to_owned(),
+            next_check_in: completion.next_check_in,
+        };
+        let writes = self
+            .transition_batch_with_fence(actor, &[transition])
+            .await?;
+        Ok(writes[0])
+    }
+
+    /// Many fenced transitions in one transaction, answered in order. A refused one
+    /// is audited as `rejected_stale`; the others are applied regardless.
+    #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations", db.operation.batch.size = batch.len()))]
+    pub async fn transition_batch_with_fence(
+        &self,
+        actor: &str,
+        batch: &[PendingTransition],
+    ) -> Result<Vec<FencedWrite>, StoreError> {
+        for t in batch {
+            debug_assert!(OperationStatus::can_transition(t.from, t.status));
+        }
+        // One lock order for every batch (see the deadlock rerun below).
+        let mut ordered: Vec<&PendingTransition> = batch.iter().collect();
+        ordered.sort_by_key(|t| t.operation_id);
+        let ids: Vec<Uuid> = ordered.iter().map(|t| t.operation_id).collect();
+        let tokens: Vec<i64> = ordered.iter().map(|t| t.fencing_token).collect();
+        let from: Vec<&str> = ordered.iter().map(|t| t.from.as_str()).collect();
+        let to: Vec<&str> = ordered.iter().map(|t| t.status.as_str()).collect();
+        let references: Vec<Option<&str>> = ordered
+            .iter()
+            .map(|t| t.provider_reference.as_deref())
+            .collect();
+        let errors: Vec<Option<&str>> = ordered.iter().map(|t| t.last_error.as_deref()).collect();
+        let reasons: Vec<&str> = ordered.iter().map(|t| t.reason.as_str()).collect();
+        let next_checks: Vec<f64> = ordered
+            .iter()
+            .map(|t| millis(t.next_check_in.unwrap_or_default()))
+            .collect();
         let client = self.client().await?;
         let statement = client.prepare_cached(TRANSITION).await?;
-        let next_check = millis(completion.next_check_in.unwrap_or_default());
-        let row = client
-            .query_one(
-                &statement,
-                &[
-                    &operation_id,
-                    &fencing_token,
-                    &from.as_str(),
-                    &completion.status.as_str(),
-                    &completion.provider_reference,
-                    &completion.last_error,
-                    &actor,
-                    &completion.reason,
-                    &next_check,
-                ],
-            )
-            .await?;
-        let write = FencedWrite::from_count(row.get(0));
-        if write == FencedWrite::RejectedStale {
-            self.record_stale_write(
-                operation_id,
-                fencing_token,
-                completion.status.as_str(),
-                actor,
-                completion.reason,
-            )
-            .await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+            &ids,
+            &tokens,
+            &from,
+            &to,
+            &references,
+            &errors,
+            &reasons,
+            &next_checks,
+            &actor,
+        ];
+        // Batches hold different leases, but a stale worker's write can still touch a
+        // row another batch holds; a deadlock victim was rolled back whole, so rerun it.
+        let rows =
+            query_rerunning_deadlock_victim(&client, &statement, &params, "transition batch")
+                .await?;
+        drop(client);
+        let applied: std::collections::HashSet<Uuid> =
+            rows.iter().map(|row| row.get("operation_id")).collect();
+        let mut writes = Vec::with_capacity(batch.len());
+        for t in batch {
+            if applied.contains(&t.operation_id) {
+                writes.push(FencedWrite::Applied);
+            } else {
+                self.record_stale_write(
+                    t.operation_id,
+                    t.fencing_token,
+                    t.status.as_str(),
+                    actor,
+                    &t.reason,
+                )
+                .await?;
+                writes.push(FencedWrite::RejectedStale);
+            }
         }
-        Ok(write)
+        Ok(writes)
     }
 
     /// Records, without changing the operation, that this worker found its lease lost

@@ -69,3 +69,23 @@ impl Store {
         Ok(())
     }
 }
+
+/// Runs a multi-row statement once more if PostgreSQL chose it as a deadlock victim:
+/// it was rolled back whole, so rerunning is safe. Batches sort their rows into one
+/// lock order, which makes this rare (a single-row writer can still interleave).
+pub(crate) async fn query_rerunning_deadlock_victim(
+    client: &deadpool_postgres::Object,
+    statement: &tokio_postgres::Statement,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    what: &str,
+) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    match client.query(statement, params).await {
+        Err(error)
+            if error.code() == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED) =>
+        {
+            tracing::warn!(what, "chosen as a deadlock victim; running it again");
+            client.query(statement, params).await
+        }
+        other => other,
+    }
+}

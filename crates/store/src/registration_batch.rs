@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::error::StoreError;
 use crate::operations::{operation_columns, operation_from_row, NewOperation, Registration};
-use crate::pool::Store;
+use crate::pool::{query_rerunning_deadlock_victim, Store};
 
 /// A registration that can wait in a queue (owns its values).
 #[derive(Debug, Clone)]
@@ -107,16 +107,9 @@ impl Store {
         ];
         // A deadlock victim's statement was rolled back whole, so running it again is
         // safe (a single-request registration from another intake can still interleave).
-        let rows = match client.query(&register, &params).await {
-            Err(error)
-                if error.code()
-                    == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED) =>
-            {
-                tracing::warn!("registration batch chosen as a deadlock victim; running it again");
-                client.query(&register, &params).await?
-            }
-            other => other?,
-        };
+        let rows =
+            query_rerunning_deadlock_victim(&client, &register, &params, "registration batch")
+                .await?;
         let mut created = HashMap::new();
         for row in &rows {
             let record = operation_from_row(row)?;

@@ -121,11 +121,7 @@ pub async fn create_payment(
         }
         Some(_) => Registration::KeyReused,
         None => match &state.batcher {
-            Some(batcher) => {
-                batcher
-                    .register(PendingRegistration::from_new(&new))
-                    .await?
-            }
+            Some(batcher) => batcher.submit(PendingRegistration::from_new(&new)).await?,
             None => state.store.register_operation(&new).await?,
         },
     };

@@ -1,0 +1,114 @@
+//! The store's multi-row writes, called as the services call them, on a real database:
+//! a completion batch applies each row whose fencing token is still current and
+//! refuses (and audits) each one whose token has moved on, independently of the rest.
+
+use std::time::Duration;
+
+use opgate_domain::{IdempotencyKey, OperationStatus, PaymentRequest};
+use opgate_e2e::TestDb;
+use opgate_store::{FencedWrite, NewOperation, PendingTransition, Registration};
+use uuid::Uuid;
+
+async fn register(db: &TestDb, agent: &str, key: &str) -> Uuid {
+    let request = PaymentRequest::parse("cus_1", &format!("inv_{key}"), "10.00", None).unwrap();
+    let key = IdempotencyKey::parse(key).unwrap();
+    let new = NewOperation {
+        operation_id: Uuid::new_v4(),
+        agent_id: agent,
+        idempotency_key: &key,
+        request: &request,
+        trace_context: None,
+    };
+    match db.store.register_operation(&new).await.unwrap() {
+        Registration::Created(record) => record.operation_id,
+        other => panic!("expected a new operation, got {other:?}"),
+    }
+}
+
+fn succeeded(operation_id: Uuid, fencing_token: i64) -> PendingTransition {
+    PendingTransition {
+        operation_id,
+        fencing_token,
+        from: OperationStatus::InProgress,
+        status: OperationStatus::Succeeded,
+        provider_reference: Some(format!("pay_{operation_id}")),
+        last_error: None,
+        reason: "provider confirmed the payment".into(),
+        next_check_in: None,
+    }
+}
+
+#[tokio::test]
+async fn a_completion_batch_applies_current_tokens_and_refuses_stale_ones_one_by_one() {
+    let db = TestDb::create().await;
+    db.create_agent("agent-batch", &[]);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(register(&db, "agent-batch", &format!("key-{i}")).await);
+    }
+    let claimed = db
+        .store
+        .claim_due_operations("executor-test", Duration::from_secs(30), 10)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    let token_of = |id: Uuid| {
+        claimed
+            .iter()
+            .find(|c| c.operation_id == id)
+            .unwrap()
+            .fencing_token
+    };
+    // The middle one carries a token that is no longer current (as if another
+    // executor had taken the lease over since).
+    let batch = vec![
+        succeeded(ids[0], token_of(ids[0])),
+        succeeded(ids[1], token_of(ids[1]) - 1),
+        succeeded(ids[2], token_of(ids[2])),
+    ];
+    let writes = db
+        .store
+        .transition_batch_with_fence("executor-test", &batch)
+        .await
+        .unwrap();
+    assert_eq!(
+        writes,
+        vec![
+            FencedWrite::Applied,
+            FencedWrite::RejectedStale,
+            FencedWrite::Applied
+        ]
+    );
+
+    for (id, expected) in [
+        (ids[0], OperationStatus::Succeeded),
+        (ids[1], OperationStatus::InProgress),
+        (ids[2], OperationStatus::Succeeded),
+    ] {
+        let record = db.store.find_operation(id).await.unwrap().unwrap();
+        assert_eq!(record.status, expected, "{id}");
+        let events = db.store.operation_events(id).await.unwrap();
+        let last = events.last().unwrap();
+        if expected == OperationStatus::Succeeded {
+            assert_eq!(record.provider_reference, Some(format!("pay_{id}")));
+            assert_eq!(
+                (last.to_status.as_str(), last.outcome.as_str()),
+                ("SUCCEEDED", "applied")
+            );
+            assert_eq!(last.fencing_token, Some(token_of(id)));
+        } else {
+            assert_eq!(record.provider_reference, None);
+            assert_eq!(last.outcome, "rejected_stale", "{events:?}");
+        }
+    }
+    // Only the stale one keeps its outbox event (its real owner still has to finish).
+    assert_eq!(db.counts().await.outbox, 1);
+
+    // The same write again is refused for all three: their tokens or states moved on.
+    let again = db
+        .store
+        .transition_batch_with_fence("executor-test", &batch)
+        .await
+        .unwrap();
+    assert!(again.iter().all(|w| *w == FencedWrite::RejectedStale));
+}
