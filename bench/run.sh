@@ -19,8 +19,12 @@ case "$mode" in
   *) echo "usage: $0 quick|full" >&2; exit 2 ;;
 esac
 
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+# Services are started inside $(...) subshells, so their pids are kept in files.
+rm -f "$out"/*.pid
+cleanup() {
+  local f; for f in "$out"/*.pid; do [ -e "$f" ] && { kill "$(cat "$f")" 2>/dev/null || true; }; done
+  wait 2>/dev/null || true
+}
 trap cleanup EXIT
 log() { printf '%s bench: %s\n' "$(date +%T)" "$*" >&2; }
 sql() { psql "$DATABASE_URL" -X -qtA -c "$1"; }
@@ -29,7 +33,6 @@ sql() { psql "$DATABASE_URL" -X -qtA -c "$1"; }
 start() {
   local name=$1; shift
   "$@" >"$out/$name.out" 2>"$out/$name.log" &
-  pids+=($!)
   echo $! >"$out/$name.pid"
   for _ in $(seq 200); do [ -s "$out/$name.out" ] && break; sleep 0.05; done
   head -1 "$out/$name.out"
@@ -100,7 +103,7 @@ drain() { # drain EXECUTORS BATCH GROUP_COMMIT
   local pending; pending=$(prefill_outbox)
   local started; started=$(date +%s.%N)
   for i in $(seq "$executors"); do
-    start "executor-$i" env RUST_LOG=warn "$bin/executor" --provider-url "$sim_url" --concurrency 64 \
+    start "executor-$i" env RUST_LOG=warn "$bin/executor" --provider-url "$sim_url" --concurrency 256 \
       --batch-size "$batch" --group-commit "$group_commit" --poll-interval 100ms >/dev/null
   done
   until [ "$(sql "SELECT count(*) FROM outbox")" = 0 ]; do sleep 0.05; done

@@ -1,5 +1,6 @@
 //! Two executors drain 2,000 operations at once: every operation terminal, one charge
-//! per operation, no key charged twice, the outbox empty.
+//! per operation, no key charged twice, the outbox empty; also with two claim loops
+//! in one executor.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -10,7 +11,13 @@ use opgate_e2e::{Executor, Stack};
 async fn two_executors_drain_two_thousand_operations_exactly_once() {
     let stack = Stack::start(&[]).await;
     let ids = stack.pay_many(2000, 64).await;
-    let a = Executor::start(&stack.db.url, &stack.sim.base_url, &["--concurrency", "32"]).await;
+    // One of them runs two claim loops, which then race each other as well.
+    let a = Executor::start(
+        &stack.db.url,
+        &stack.sim.base_url,
+        &["--concurrency", "32", "--claimers", "2"],
+    )
+    .await;
     let b = Executor::start(&stack.db.url, &stack.sim.base_url, &["--concurrency", "32"]).await;
 
     stack

@@ -1,6 +1,9 @@
-//! The claim loop: wait for a free slot, claim as many due events as there are free
-//! slots (up to the batch size), start a worker per claim; sleep until a notification
-//! or the poll interval when the outbox is drained.
+//! The claim loops: each waits for a free slot, claims as many due events as there are
+//! free slots (up to the batch size) and starts a worker per claim; it sleeps until a
+//! notification or the poll interval when the outbox is drained. Several loops run at
+//! once (`--claimers`), so that one claim's commit does not hold up the next: a claim
+//! is a committed statement, and at high rates the time between claims is what limits
+//! the drain.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -8,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use opgate_provider::Provider;
-use opgate_store::{spawn_listener, Store, OUTBOX_CHANNEL};
-use tokio::sync::{Notify, Semaphore};
+use opgate_store::{spawn_listener, ClaimedOperation, Store, OUTBOX_CHANNEL};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
@@ -19,6 +22,18 @@ use crate::settled::SettledNotifier;
 use crate::worker::Worker;
 
 type InFlight = Arc<Mutex<HashMap<Uuid, i64>>>;
+
+/// What the claim loops share.
+struct Dispatch<P> {
+    config: Config,
+    store: Store,
+    owner: String,
+    worker: Arc<Worker<P>>,
+    slots: Arc<Semaphore>,
+    in_flight: InFlight,
+    tasks: Mutex<JoinSet<()>>,
+    wake: Arc<Notify>,
+}
 
 /// Runs until `shutdown` resolves, then drains or releases in-flight work.
 pub async fn run<P: Provider>(
@@ -46,21 +61,57 @@ pub async fn run<P: Provider>(
             config.concurrency,
         ),
     });
-    let slots = Arc::new(Semaphore::new(config.concurrency));
-    let in_flight: InFlight = Arc::default();
-    let mut tasks = JoinSet::new();
-    let mut claim_failures = 0u32;
-    tokio::pin!(shutdown);
+    let dispatch = Arc::new(Dispatch {
+        slots: Arc::new(Semaphore::new(config.concurrency)),
+        config,
+        store: store.clone(),
+        owner,
+        worker,
+        in_flight: Arc::default(),
+        tasks: Mutex::new(JoinSet::new()),
+        wake,
+    });
+    let (stop, stopped) = watch::channel(false);
+    let loops: Vec<_> = (0..dispatch.config.claimers.max(1))
+        .map(|_| tokio::spawn(claim_loop(dispatch.clone(), stopped.clone())))
+        .collect();
+    shutdown.await;
+    let _ = stop.send(true);
+    for claim_loop in loops {
+        let _ = claim_loop.await;
+    }
+    let tasks = std::mem::take(&mut *dispatch.tasks.lock().unwrap());
+    tracing::info!(in_flight = tasks.len(), "stopping: no new claims");
+    drain_or_release(
+        &store,
+        tasks,
+        dispatch.in_flight.clone(),
+        dispatch.config.shutdown_grace,
+    )
+    .await;
+}
 
+async fn claim_loop<P: Provider>(dispatch: Arc<Dispatch<P>>, mut stopped: watch::Receiver<bool>) {
+    let config = &dispatch.config;
+    let mut claim_failures = 0u32;
     loop {
-        while tasks.try_join_next().is_some() {}
         let first_slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => slot.expect("semaphore never closes"),
-            _ = &mut shutdown => break,
+            slot = dispatch.slots.clone().acquire_owned() => slot.expect("semaphore never closes"),
+            _ = stopped.changed() => return,
         };
-        let wanted = (1 + slots.available_permits()).min(config.batch_size);
-        let claimed = match store
-            .claim_due_operations(&owner, config.lease, wanted as i64)
+        // Take every other free slot now, up to the batch size: the claim asks for
+        // exactly as many events as this loop holds slots for.
+        let mut slots = vec![first_slot];
+        while slots.len() < config.batch_size {
+            match dispatch.slots.clone().try_acquire_owned() {
+                Ok(slot) => slots.push(slot),
+                Err(_) => break,
+            }
+        }
+        let wanted = slots.len();
+        let claimed = match dispatch
+            .store
+            .claim_due_operations(&dispatch.owner, config.lease, wanted as i64)
             .await
         {
             Ok(claimed) => {
@@ -70,48 +121,48 @@ pub async fn run<P: Provider>(
             Err(error) => {
                 claim_failures += 1;
                 tracing::warn!(%error, "claim failed");
-                drop(first_slot);
+                drop(slots);
                 let pause = (config.retry_base * claim_failures).min(config.poll_interval);
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => continue,
-                    _ = &mut shutdown => break,
+                    _ = stopped.changed() => return,
                 }
             }
         };
         let drained = claimed.len() < wanted;
-        let mut first_slot = Some(first_slot);
-        for op in claimed {
-            let slot = match first_slot.take() {
-                Some(slot) => slot,
-                None => slots
-                    .clone()
-                    .try_acquire_owned()
-                    .expect("slots were counted free"),
-            };
-            in_flight
-                .lock()
-                .unwrap()
-                .insert(op.operation_id, op.fencing_token);
-            let (worker, in_flight) = (worker.clone(), in_flight.clone());
-            tasks.spawn(async move {
-                let id = op.operation_id;
-                worker.execute(op).await;
-                in_flight.lock().unwrap().remove(&id);
-                drop(slot);
-            });
+        for (op, slot) in claimed.into_iter().zip(slots.drain(..)) {
+            dispatch.start(op, slot);
         }
-        drop(first_slot);
+        drop(slots);
         if drained {
             tokio::select! {
-                _ = wake.notified() => {}
+                _ = dispatch.wake.notified() => {}
                 _ = tokio::time::sleep(config.poll_interval) => {}
-                _ = &mut shutdown => break,
+                _ = stopped.changed() => return,
             }
+        } else {
+            // More is due: a sleeping loop can claim beside this one.
+            dispatch.wake.notify_one();
         }
     }
+}
 
-    tracing::info!(in_flight = tasks.len(), "stopping: no new claims");
-    drain_or_release(&store, tasks, in_flight, config.shutdown_grace).await;
+impl<P: Provider> Dispatch<P> {
+    fn start(&self, op: ClaimedOperation, slot: OwnedSemaphorePermit) {
+        self.in_flight
+            .lock()
+            .unwrap()
+            .insert(op.operation_id, op.fencing_token);
+        let (worker, in_flight) = (self.worker.clone(), self.in_flight.clone());
+        let mut tasks = self.tasks.lock().unwrap();
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(async move {
+            let id = op.operation_id;
+            worker.execute(op).await;
+            in_flight.lock().unwrap().remove(&id);
+            drop(slot);
+        });
+    }
 }
 
 async fn drain_or_release(
