@@ -19,16 +19,21 @@ pub struct AgentRequestContext {
     pub existing: Option<OperationRecord>,
 }
 
+/// The operation is read by the unique (agent_id, idempotency_key) with both values
+/// known before the scan (the agent's id from an InitPlan), so its index condition
+/// always holds both columns; as a join against `a`, a plan made on an empty table
+/// matched only the key and walked the agent's entries.
 pub(crate) const AGENT_WITH_EXISTING_OPERATION: &str = concat!(
     "SELECT ",
     agent_columns!("a.", "agent_"),
     ", existing.*
      FROM agents a
-     LEFT JOIN LATERAL (
+     LEFT JOIN (
          SELECT ",
     operation_columns!(),
     " FROM operations
-         WHERE operations.agent_id = a.agent_id AND operations.idempotency_key = $2
+         WHERE agent_id = (SELECT agent_id FROM agents WHERE key_id = $1)
+           AND idempotency_key = $2
      ) existing ON true
      WHERE a.key_id = $1 AND a.revoked_at IS NULL"
 );
