@@ -1,6 +1,6 @@
 //! Two executors drain 2,000 operations at once: every operation terminal, one charge
-//! per operation, no key charged twice, the outbox empty; also with two claim loops
-//! in one executor.
+//! per operation, no key charged twice, the outbox empty; with one claim loop in one
+//! executor and four in the other.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -11,11 +11,12 @@ use opgate_e2e::{Executor, Stack};
 async fn two_executors_drain_two_thousand_operations_exactly_once() {
     let stack = Stack::start(&[]).await;
     let ids = stack.pay_many(2000, 64).await;
-    // One of them runs two claim loops, which then race each other as well.
+    // One runs a single claim loop, the other the default four, which then race each
+    // other as well as the other executor.
     let a = Executor::start(
         &stack.db.url,
         &stack.sim.base_url,
-        &["--concurrency", "32", "--claimers", "2"],
+        &["--concurrency", "32", "--claimers", "1"],
     )
     .await;
     let b = Executor::start(&stack.db.url, &stack.sim.base_url, &["--concurrency", "32"]).await;

@@ -140,7 +140,9 @@ mod tests {
         assert!(script.contains("ON CONFLICT (agent_id, idempotency_key) DO NOTHING"));
         assert_eq!(script.lines().count(), 2);
         let replay = register_replay("00112233aabbccdd", "k-", 100);
-        assert!(replay.contains("random(1, 100)") && replay.contains("LEFT JOIN LATERAL"));
+        assert!(
+            replay.contains("random(1, 100)") && replay.contains("idempotency_key = ('k-' || :i)")
+        );
         assert_eq!(replay.lines().count(), 2);
         assert!(!replay.contains('$'));
         let drain = claim_and_complete(32);
