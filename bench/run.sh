@@ -98,23 +98,23 @@ prefill_outbox() { # empties the outbox, registers drain_n operations; prints th
   (cd "$out" && pgbench -n -M prepared -c 8 -j 2 -t $((drain_n / 8)) -f "$out/register-new.sql" "$DATABASE_URL" >/dev/null 2>&1)
   sql "SELECT count(*) FROM outbox"
 }
-drain() { # drain EXECUTORS BATCH GROUP_COMMIT
-  local executors=$1 batch=$2 group_commit=$3
+drain() { # drain EXECUTORS BATCH GROUP_COMMIT CLAIMERS
+  local executors=$1 batch=$2 group_commit=$3 claimers=${4:-4}
   local pending; pending=$(prefill_outbox)
   local started; started=$(date +%s.%N)
   for i in $(seq "$executors"); do
     start "executor-$i" env RUST_LOG=warn "$bin/executor" --provider-url "$sim_url" --concurrency 256 \
-      --batch-size "$batch" --group-commit "$group_commit" --poll-interval 100ms >/dev/null
+      --batch-size "$batch" --group-commit "$group_commit" --claimers "$claimers" --poll-interval 100ms >/dev/null
   done
   until [ "$(sql "SELECT count(*) FROM outbox")" = 0 ]; do sleep 0.05; done
   local finished; finished=$(date +%s.%N)
   peak_rss_mib executor-1 >"$out/executor.rss"
   for i in $(seq "$executors"); do stop "executor-$i"; done
-  awk -v n="$pending" -v a="$started" -v b="$finished" -v e="$executors" -v bs="$batch" -v gc="$group_commit" \
-    'BEGIN { printf "{\"scenario\": \"executor_drain\", \"executors\": %d, \"batch\": %d, \"group_commit\": %s, \"operations\": %d, \"seconds\": %.3f, \"operations_per_s\": %.1f}\n", e, bs, gc, n, b - a, n / (b - a) }'
+  awk -v n="$pending" -v a="$started" -v b="$finished" -v e="$executors" -v bs="$batch" -v gc="$group_commit" -v cl="$claimers" \
+    'BEGIN { printf "{\"scenario\": \"executor_drain\", \"executors\": %d, \"batch\": %d, \"group_commit\": %s, \"claimers\": %d, \"operations\": %d, \"seconds\": %.3f, \"operations_per_s\": %.1f}\n", e, bs, gc, cl, n, b - a, n / (b - a) }'
 }
-for config in "1 32 true" "2 32 true" "1 8 true" "1 1 true" "1 32 false"; do
-  log "executor drain, executors/batch/group commit $config"
+for config in "1 32 true" "2 32 true" "1 8 true" "1 8 true 1" "1 1 true" "1 32 false"; do
+  log "executor drain, executors/batch/group commit/claimers $config"
   record "$(drain $config)"
 done
 
