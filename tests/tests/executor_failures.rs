@@ -157,3 +157,38 @@ async fn sigterm_exits_cleanly_and_releases_what_it_could_not_finish() {
     let ledger = stack.sim.ledger().await;
     assert_eq!(ledger["count"].as_u64().unwrap(), ids.len() as u64);
 }
+
+#[tokio::test]
+async fn an_operation_abandoned_mid_call_with_no_attempts_left_goes_to_the_reconciler() {
+    let stack = Stack::start(&["delay-ms=1500"]).await;
+    let flags = ["--lease", "1s", "--max-attempts", "1"];
+    let first = Executor::start(&stack.db.url, &stack.sim.base_url, &flags).await;
+    let id = stack.pay("cus_poison", "poison-1").await;
+    eventually(SETTLE, "the call to reach the provider", || async {
+        (stack.requests_for(id).await >= 1).then_some(())
+    })
+    .await;
+    // As if this operation brought its executor down every time it ran.
+    first.service.kill9().await;
+
+    let _second = Executor::start(&stack.db.url, &stack.sim.base_url, &flags).await;
+    let op = stack.wait_for_status(id, "UNKNOWN", SETTLE).await;
+    assert_eq!(
+        stack.requests_for(id).await,
+        1,
+        "sent again past --max-attempts"
+    );
+    let events = stack.db.store.operation_events(id).await.unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last.from_status.as_deref(), last.to_status.as_str()),
+        (Some("IN_PROGRESS"), "UNKNOWN"),
+        "{events:?}"
+    );
+    assert!(
+        op.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("not re-sent after 1 attempts")),
+        "{op:?}"
+    );
+}

@@ -99,6 +99,26 @@ impl<P: Provider> Worker<P> {
                     0,
                 )
             }
+            // Claims count as attempts: an operation whose every execution ends with
+            // its executor gone (a crash it causes, say) is not sent again forever.
+            Some(_)
+                if op.previous_status == OperationStatus::InProgress
+                    && op.attempts.max(0) as u32 > self.max_attempts =>
+            {
+                (
+                    Decision::Complete {
+                        status: OperationStatus::Unknown,
+                        reference: None,
+                        error: Some(format!(
+                            "abandoned mid-call; not re-sent after {} attempts",
+                            op.attempts - 1
+                        )),
+                        reason:
+                            "abandoned mid-call with no attempts left; the reconciler follows up",
+                    },
+                    0,
+                )
+            }
             Some(instruction) => {
                 let (lost, heartbeat) = spawn_heartbeat(
                     self.store.clone(),
