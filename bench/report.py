@@ -57,7 +57,13 @@ out.append(
     "point: absolute numbers move with the machine and whatever else it is doing.\n"
 )
 out.append(f"- date: {meta['date']} ({mode} run)\n- machine: {meta['machine']}, {meta['memory_gib']} GiB\n"
-           f"- {meta['rustc']}; {meta['postgres']}\n")
+           f"- {meta['rustc']}; {meta['postgres']}")
+fsync = {r["when"]: r["us"] for r in by("disk_fdatasync_us")}
+if fsync:
+    out.append(f"- disk: fdatasync {fsync.get('start')} µs per flush at the start, {fsync.get('end')} µs at the end "
+               "(`pg_test_fsync`); every durable commit waits for one\n")
+else:
+    out.append("")
 out.append("\n## Intake, new operations\n")
 out.append("Group commit is on by default (`--group-commit`); the second pair of columns is the same "
            "intake with `--group-commit false`, one transaction per request, in the same run.\n")
@@ -95,6 +101,8 @@ for d in drains:
 for batch, pg in sorted(pg_drain.items()):
     out.append(f"\npgbench claim-{batch}-and-complete: {pg['events']} events in {pg['seconds']:.2f} s.")
 out.append("\n## End to end: `POST` with `Prefer: wait=5`, one client, idle system\n")
+out.append("From the request to the answer with the final state: three durable commits in a row (registration, "
+           "claim, completion), two LISTEN/NOTIFY hops (intake to executor, executor to intake) and the provider call.\n")
 lat = wait["latency_ms"]
 out.append(f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms over {wait['requests']} payments "
            f"({sum(wait.get('unexpected_status', {}).values())} not settled within the wait).\n")

@@ -58,6 +58,18 @@ results="$out/results.jsonl"
 : >"$results"
 record() { echo "$1" >>"$results"; }
 
+# The disk's flush latency, at the start and again at the end: every durable commit pays
+# it, and the Prefer: wait path has three in a row.
+fsync_us() {
+  local tool; tool="$(dirname "$(command -v initdb)")/pg_test_fsync"
+  [ -x "$tool" ] || { echo null; return; }
+  # -s 1: a second per method; fdatasync is the second one printed, the rest is not needed.
+  local us; us=$(timeout 5 "$tool" -s 1 -f "$out/fsync.test" 2>/dev/null | awk '$1 == "fdatasync" && /usecs/ {print $(NF-1); exit}' || true)
+  echo "${us:-null}"
+  rm -f "$out/fsync.test"
+}
+record "{\"scenario\": \"disk_fdatasync_us\", \"when\": \"start\", \"us\": $(fsync_us)}"
+
 log "mode $mode: migrating, creating the bench agent"
 "$bin/opgate" migrate >/dev/null 2>&1
 agent="bench-$(date +%s)"
@@ -171,5 +183,6 @@ opgate_json=$("$bin/loadgen" --url "$base" --key "$key" --json --warmup "${warm}
 record "{\"scenario\": \"end_to_end_wait\", \"clients\": 1, \"opgate\": $opgate_json}"
 record "{\"scenario\": \"peak_rss_mib\", \"intake\": $intake_rss, \"executor\": $(cat "$out/executor.rss"), \"reconciler\": $(peak_rss_mib reconciler)}"
 
+record "{\"scenario\": \"disk_fdatasync_us\", \"when\": \"end\", \"us\": $(fsync_us)}"
 python3 "$root/bench/report.py" "$mode" "$results" "$out/results.json" "$root/docs/benchmarks.md"
 log "done: target/bench/results.json, docs/benchmarks.md"
