@@ -14,7 +14,7 @@ out="$root/target/bench"
 mkdir -p "$out"
 : "${DATABASE_URL:?run through make bench}"
 case "$mode" in
-  quick) dur=3; warm=1; drain_n=2000; wait_dur=3; growth="100000" ;;
+  quick) dur=3; warm=1; drain_n=2000; wait_dur=3; growth="250000" ;;
   full) dur=15; warm=3; drain_n=20000; wait_dur=15; growth="1000000 10000000" ;;
   *) echo "usage: $0 quick|full" >&2; exit 2 ;;
 esac
@@ -61,7 +61,7 @@ record() { echo "$1" >>"$results"; }
 # The disk's flush latency, at the start and again at the end: every durable commit pays
 # it, and the Prefer: wait path has three in a row.
 fsync_us() {
-  local tool; tool="$(dirname "$(command -v initdb)")/pg_test_fsync"
+  local tool; tool="$(dirname "$(readlink -f "$(command -v initdb)")")/pg_test_fsync"
   [ -x "$tool" ] || { echo null; return; }
   # -s 1: a second per method; fdatasync is the second one printed, the rest is not needed.
   local us; us=$(timeout 5 "$tool" -s 1 -f "$out/fsync.test" 2>/dev/null | awk '$1 == "fdatasync" && /usecs/ {print $(NF-1); exit}' || true)
@@ -100,7 +100,10 @@ key_id=${key#opg_}; key_id=${key_id%%_*}
 "$bin/opgate" bench-sql register-replay --key-id "$key_id" --key-prefix "pgreplay-" --keys 1000 >"$out/register-replay.sql"
 opgate_json=$(loadgen --scenario replay --prefill 1000 --concurrency 32 --duration "${dur}s" --run-id replay)
 pg_json=$(pgbench_run replay 32 "$out/register-replay.sql")
-record "{\"scenario\": \"intake_replay\", \"clients\": 32, \"opgate\": $opgate_json, \"pgbench\": $pg_json}"
+# New operations again at once, as the replays' reference: minutes apart, this machine's
+# own drift was as large as the ratio being measured.
+ref_json=$(loadgen --scenario new --concurrency 32 --duration "${dur}s" --run-id new-beside-replay)
+record "{\"scenario\": \"intake_replay\", \"clients\": 32, \"opgate\": $opgate_json, \"pgbench\": $pg_json, \"new_reference\": $ref_json}"
 intake_rss=$(peak_rss_mib intake)
 
 # Executor drain: a pre-filled outbox, provider-sim answering at once.
@@ -151,7 +154,13 @@ done
 
 # Growth: the same intake and drain figures with many finished operations already in
 # the table (filled directly with SQL: setup, not measured), compared with the above.
-existing=0
+existing=$(sql "SELECT count(*) FROM operations")
+# The baseline is measured here, just before the first fill, for the same reason as the
+# replays' reference: figures taken minutes apart on this machine drift by tens of %.
+log "growth: baseline with $existing existing operations"
+opgate_json=$(loadgen --scenario new --concurrency 32 --duration "${dur}s" --run-id "growth-base")
+record "{\"scenario\": \"growth_baseline_intake_new\", \"existing\": $existing, \"clients\": 32, \"opgate\": $opgate_json}"
+record "$(drain 1 32 true | sed "s/\"executor_drain\"/\"growth_baseline_executor_drain\", \"existing\": $existing/")"
 for target in $growth; do
   log "growth: filling to $target existing operations"
   # replica mode skips the foreign-key triggers for this synthetic fill (the rows are
