@@ -77,12 +77,12 @@ impl<P: Provider> Worker<P> {
         let (decision, calls) = match PaymentInstruction::from_payload(op.operation_id, &op.payload)
         {
             None => (
-                Decision::Complete {
-                    status: OperationStatus::Failed,
-                    reference: None,
-                    error: Some("stored request could not be read; never sent".into()),
-                    reason: "unreadable request",
-                },
+                complete(
+                    OperationStatus::Failed,
+                    None,
+                    Some("stored request could not be read; never sent".into()),
+                    "unreadable request",
+                ),
                 0,
             ),
             Some(_)
@@ -90,12 +90,12 @@ impl<P: Provider> Worker<P> {
                     && !self.provider.keyed_retries_safe() =>
             {
                 (
-                    Decision::Complete {
-                        status: OperationStatus::Unknown,
-                        reference: None,
-                        error: Some("a previous executor's lease expired during execution".into()),
-                        reason: "abandoned mid-call; not re-sent because keyed retries are off",
-                    },
+                    complete(
+                        OperationStatus::Unknown,
+                        None,
+                        Some("a previous executor's lease expired during execution".into()),
+                        "abandoned mid-call; not re-sent because keyed retries are off",
+                    ),
                     0,
                 )
             }
@@ -106,16 +106,15 @@ impl<P: Provider> Worker<P> {
                     && op.attempts.max(0) as u32 > self.max_attempts =>
             {
                 (
-                    Decision::Complete {
-                        status: OperationStatus::Unknown,
-                        reference: None,
-                        error: Some(format!(
+                    complete(
+                        OperationStatus::Unknown,
+                        None,
+                        Some(format!(
                             "abandoned mid-call; not re-sent after {} attempts",
                             op.attempts - 1
                         )),
-                        reason:
-                            "abandoned mid-call with no attempts left; the reconciler follows up",
-                    },
+                        "abandoned mid-call with no attempts left; the reconciler follows up",
+                    ),
                     0,
                 )
             }
