@@ -174,8 +174,10 @@ for target in $growth; do
   # consistent by construction); every measured statement runs with them as usual.
   sql "SET session_replication_role = replica; WITH filled AS (
          INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type, customer_id,
+                                 provider, amount, currency,
                                  request_hash, request_payload, status, attempts, provider_reference)
-         SELECT gen_random_uuid(), '$agent', 'growth-' || g, 'payment', 'cus_bench', repeat('0', 64),
+         SELECT gen_random_uuid(), '$agent', 'growth-' || g, 'payment', 'cus_bench',
+                'opgate-http', 10.00, 'USD', repeat('0', 64),
                 '{\"amount\":\"10.00\",\"currency\":\"USD\",\"customer_id\":\"cus_bench\",\"invoice_id\":\"inv_bench\",\"operation_type\":\"payment\"}'::jsonb,
                 'SUCCEEDED', 1, 'pay_growth_' || g
          FROM generate_series($existing + 1, $target) AS g

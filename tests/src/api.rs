@@ -77,6 +77,26 @@ pub async fn post_payment(
     .await
 }
 
+/// `POST /agent/operations/{kind}` with a JSON body.
+pub async fn post_operation(
+    client: &reqwest::Client,
+    base_url: &str,
+    kind: &str,
+    key: &str,
+    idempotency_key: &str,
+    body: &Value,
+) -> Reply {
+    let response = client
+        .post(format!("{base_url}/agent/operations/{kind}"))
+        .bearer_auth(key)
+        .header("Idempotency-Key", idempotency_key)
+        .json(body)
+        .send()
+        .await
+        .expect("send POST");
+    Reply::from(response).await
+}
+
 pub async fn post_raw(
     client: &reqwest::Client,
     base_url: &str,

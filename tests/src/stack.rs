@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 use opgate_store::OperationRecord;
 use uuid::Uuid;
 
-use crate::api::{payment_body, post_payment};
+use crate::api::{payment_body, post_operation, post_payment, Reply};
 use crate::{eventually, Intake, ProviderSim, TestDb};
 
 pub struct Stack {
@@ -29,7 +29,7 @@ impl Stack {
 
     /// With extra environment variables for intake (OTEL_*, RUST_LOG, …).
     pub async fn start_with_env(db: TestDb, faults: &[&str], intake_env: &[(&str, &str)]) -> Self {
-        let key = db.create_agent("agent", &[]);
+        let key = db.create_agent("agent", &["--allow", "payment", "--allow", "refund"]);
         let sim = ProviderSim::start(faults).await;
         let intake = Intake::start_with_env(&db.url, &[], intake_env).await;
         Self {
@@ -54,6 +54,40 @@ impl Stack {
         .await;
         assert_eq!(reply.status, 202, "{}", reply.body);
         reply.operation_id().parse().unwrap()
+    }
+
+    /// `POST /agent/operations/{kind}` as this stack's agent.
+    pub async fn post(&self, kind: &str, idempotency_key: &str, body: serde_json::Value) -> Reply {
+        post_operation(
+            &self.client,
+            &self.intake.base_url,
+            kind,
+            &self.key,
+            idempotency_key,
+            &body,
+        )
+        .await
+    }
+
+    /// Asks for a refund of `payment` (the whole remainder when `amount` is `None`);
+    /// returns the reply, whatever it is.
+    pub async fn refund(
+        &self,
+        payment: Uuid,
+        amount: Option<&str>,
+        idempotency_key: &str,
+    ) -> Reply {
+        let mut body = serde_json::json!({ "payment_operation_id": payment });
+        if let Some(amount) = amount {
+            body["amount"] = amount.into();
+        }
+        self.post("refund", idempotency_key, body).await
+    }
+
+    /// Refunds in provider-sim's ledger (money actually given back), of every key.
+    pub async fn ledger_refunds(&self) -> Vec<serde_json::Value> {
+        let ledger = self.sim.ledger().await;
+        ledger["refunds"].as_array().expect("refunds").clone()
     }
 
     /// Registers `count` payments, `parallel` requests at a time.

@@ -62,7 +62,7 @@ async fn invalid_agent_definitions_are_refused_and_write_nothing() {
     let db = TestDb::create().await;
     for args in [
         vec!["agents", "create", "has space"],
-        vec!["agents", "create", "a", "--allow", "refund"],
+        vec!["agents", "create", "a", "--allow", "chargeback"],
         vec!["agents", "create", "a", "--max-amount", "USD"],
         vec!["agents", "create", "a", "--max-amount", "USD:1.001"],
         vec!["agents", "create", "a", "--max-amount", "ZZZ:5"],

@@ -56,7 +56,7 @@ async fn a_new_payment_is_accepted_with_its_location() {
     assert!(reply.body["message"]
         .as_str()
         .unwrap()
-        .contains("Do not submit a new payment"));
+        .contains("Do not submit a new request for it"));
     assert_eq!(reply.header("retry-after"), Some("1"));
     assert!(reply.body.get("provider_reference").is_none());
 
@@ -240,7 +240,8 @@ async fn health_readiness_and_openapi_are_served() {
     assert_eq!(get("/readyz").await.unwrap().status(), 200);
     let spec: serde_json::Value = get("/openapi.json").await.unwrap().json().await.unwrap();
     assert!(spec["openapi"].as_str().unwrap().starts_with("3."));
-    assert!(spec["paths"]["/agent/operations/payment"]["post"].is_object());
+    assert!(spec["paths"]["/agent/operations/{kind}"]["post"].is_object());
     assert!(spec["paths"]["/agent/operations/{operation_id}"]["get"].is_object());
     assert!(spec["components"]["schemas"]["PaymentBody"].is_object());
+    assert!(spec["components"]["schemas"]["RefundBody"].is_object());
 }

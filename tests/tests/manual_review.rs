@@ -201,7 +201,7 @@ async fn unsettled_operations_tell_agents_to_wait_not_to_pay_again() {
     assert!(body["message"]
         .as_str()
         .unwrap()
-        .contains("Do not submit a new payment"));
+        .contains("Do not submit a new request for it"));
 }
 
 #[tokio::test]

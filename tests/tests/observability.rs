@@ -75,12 +75,12 @@ async fn one_payment_is_one_trace_across_every_service() {
                     .any(|s| s.service_name == *service && s.trace_id == agent_trace)
             }) && spans
                 .iter()
-                .any(|s| s.name == "reconcile payment" && s.trace_id == agent_trace)
+                .any(|s| s.name == "reconcile operation" && s.trace_id == agent_trace)
         })
         .await;
 
     // intake: a server span, child of the agent's span, with the HTTP conventions.
-    let server = find(&spans, "intake", "POST /agent/operations/payment");
+    let server = find(&spans, "intake", "POST /agent/operations/{kind}");
     let server = server
         .iter()
         .find(|s| s.trace_id == agent_trace)
@@ -88,7 +88,7 @@ async fn one_payment_is_one_trace_across_every_service() {
     assert_eq!(server.kind, SpanKind::Server);
     assert_eq!(server.parent_span_id.as_deref(), Some(agent_span));
     assert_eq!(server.attributes["http.request.method"], "POST");
-    assert_eq!(server.attributes["http.route"], "/agent/operations/payment");
+    assert_eq!(server.attributes["http.route"], "/agent/operations/{kind}");
     assert_eq!(server.attributes["http.response.status_code"], "202");
     assert_eq!(server.attributes["opgate.operation_id"], id.to_string());
     assert_eq!(server.attributes["opgate.agent_id"], "agent");
@@ -109,7 +109,7 @@ async fn one_payment_is_one_trace_across_every_service() {
 
     // executor: the process span continues the trace from the outbox, as a child of
     // intake's server span; the provider call is a client span inside it.
-    let process = find(&spans, "executor", "process payment");
+    let process = find(&spans, "executor", "process operation");
     let process = process
         .iter()
         .find(|s| s.trace_id == agent_trace)
@@ -148,7 +148,7 @@ async fn one_payment_is_one_trace_across_every_service() {
         .iter()
         .find(|s| {
             s.service_name == "reconciler"
-                && s.name == "reconcile payment"
+                && s.name == "reconcile operation"
                 && s.trace_id == agent_trace
         })
         .expect("a reconciler span in the operation's trace");
@@ -415,7 +415,7 @@ async fn no_secret_reaches_a_log_line_or_a_span_at_any_log_level() {
     stack.wait_for_status(id, "SUCCEEDED", SETTLE).await;
     receiver
         .wait_for_spans(SETTLE, "the executor's spans", |spans| {
-            spans.iter().any(|s| s.name == "process payment")
+            spans.iter().any(|s| s.name == "process operation")
         })
         .await;
 

@@ -127,7 +127,7 @@ async fn a_pending_payment_is_rechecked_with_backoff_until_it_settles() {
     );
     assert!(events
         .iter()
-        .any(|e| e.reason.as_deref() == Some("provider reports the payment as pending")));
+        .any(|e| e.reason.as_deref() == Some("provider reports the operation as pending")));
 }
 
 #[tokio::test]

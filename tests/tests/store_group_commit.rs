@@ -4,19 +4,22 @@
 
 use std::time::Duration;
 
-use opgate_domain::{IdempotencyKey, OperationStatus, PaymentRequest};
+use opgate_domain::{IdempotencyKey, OperationStatus, PaymentRequest, Transition};
 use opgate_e2e::TestDb;
-use opgate_store::{FencedWrite, NewOperation, PendingTransition, Registration};
+use opgate_store::{FencedTransition, FencedWrite, NewOperation, Registration};
 use uuid::Uuid;
 
 async fn register(db: &TestDb, agent: &str, key: &str) -> Uuid {
-    let request = PaymentRequest::parse("cus_1", &format!("inv_{key}"), "10.00", None).unwrap();
+    let request = PaymentRequest::parse("cus_1", &format!("inv_{key}"), "10.00", None)
+        .unwrap()
+        .to_operation_request();
     let key = IdempotencyKey::parse(key).unwrap();
     let new = NewOperation {
         operation_id: Uuid::new_v4(),
         agent_id: agent,
         idempotency_key: &key,
         request: &request,
+        provider: opgate_domain::OPGATE_HTTP_PROVIDER,
         trace_context: None,
     };
     match db.store.register_operation(&new).await.unwrap() {
@@ -25,16 +28,16 @@ async fn register(db: &TestDb, agent: &str, key: &str) -> Uuid {
     }
 }
 
-fn succeeded(operation_id: Uuid, fencing_token: i64) -> PendingTransition {
-    PendingTransition {
+fn succeeded(operation_id: Uuid, fencing_token: i64) -> FencedTransition {
+    FencedTransition {
         operation_id,
         fencing_token,
         from: OperationStatus::InProgress,
-        status: OperationStatus::Succeeded,
-        provider_reference: Some(format!("pay_{operation_id}")),
-        last_error: None,
-        reason: "provider confirmed the payment".into(),
-        next_check_in: None,
+        transition: Transition::to(
+            OperationStatus::Succeeded,
+            "provider confirmed the operation",
+        )
+        .with_reference(Some(format!("pay_{operation_id}"))),
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Context};
 use clap::Subcommand;
-use opgate_domain::{AgentId, AgentPolicy, ApiKey, Currency, KeyKind, Money, OperationType};
+use opgate_domain::{AgentId, AgentPolicy, ApiKey, BuiltinKind, Currency, KeyKind, Money};
 use opgate_store::{NewAgent, Store};
 use rust_decimal::Decimal;
 
@@ -14,8 +14,8 @@ pub enum AgentsCommand {
     /// its hash is kept.
     Create {
         agent_id: String,
-        /// Operation types the agent may request (repeatable); `none` for an agent
-        /// that may only read its operations.
+        /// Operation kinds the agent may request (repeatable): payment, refund; `none`
+        /// for an agent that may only read its operations.
         #[arg(long = "allow", default_values_t = vec!["payment".to_string()])]
         allow: Vec<String>,
         /// Per-currency maximum amount, as CURRENCY:AMOUNT (repeatable), e.g.
@@ -59,8 +59,16 @@ async fn create(
             .iter()
             .filter(|name| name.as_str() != "none")
             .map(|name| {
-                OperationType::parse(name)
-                    .with_context(|| format!("unknown operation type {name:?}"))
+                BuiltinKind::parse(name)
+                    .map(BuiltinKind::name)
+                    .with_context(|| {
+                        let known: Vec<&str> =
+                            BuiltinKind::ALL.iter().map(|k| k.as_str()).collect();
+                        format!(
+                            "unknown operation kind {name:?} (known: {})",
+                            known.join(", ")
+                        )
+                    })
             })
             .collect::<anyhow::Result<_>>()?,
         max_amounts: parse_limits(max_amount)?,

@@ -1,15 +1,17 @@
-//! What an agent may do: which operation types, and up to which amount per currency.
+//! What an agent may do: which operation kinds, and up to which amount per currency.
 
 use std::collections::BTreeMap;
 
 use rust_decimal::Decimal;
 
+use crate::kind::KindName;
 use crate::money::Money;
-use crate::status::OperationType;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentPolicy {
-    pub allowed_operations: Vec<OperationType>,
+    /// The kinds this agent may request (granted by name; a grant of a kind that no
+    /// longer exists grants nothing).
+    pub allowed_operations: Vec<KindName>,
     /// Currency code to maximum amount. Empty means no limit; otherwise a currency
     /// that is not listed is refused, so that a limit in USD cannot be sidestepped by
     /// paying in another currency.
@@ -19,7 +21,7 @@ pub struct AgentPolicy {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyDenial {
     #[error("this agent is not permitted to request {0} operations")]
-    OperationNotAllowed(&'static str),
+    OperationNotAllowed(String),
     #[error("this agent is not permitted to pay in {0}")]
     CurrencyNotAllowed(&'static str),
     #[error("amount exceeds this agent's limit of {limit} {currency}")]
@@ -30,11 +32,11 @@ pub enum PolicyDenial {
 }
 
 impl AgentPolicy {
-    pub fn permits_operation(&self, operation: OperationType) -> Result<(), PolicyDenial> {
-        if self.allowed_operations.contains(&operation) {
+    pub fn permits_operation(&self, kind: &KindName) -> Result<(), PolicyDenial> {
+        if self.allowed_operations.contains(kind) {
             Ok(())
         } else {
-            Err(PolicyDenial::OperationNotAllowed(operation.as_str()))
+            Err(PolicyDenial::OperationNotAllowed(kind.to_string()))
         }
     }
 
@@ -57,11 +59,12 @@ impl AgentPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kind::BuiltinKind;
     use crate::money::Currency;
 
     fn policy(limits: &[(&str, &str)]) -> AgentPolicy {
         AgentPolicy {
-            allowed_operations: vec![OperationType::Payment],
+            allowed_operations: vec![BuiltinKind::Payment.name()],
             max_amounts: limits
                 .iter()
                 .map(|(c, a)| (c.to_string(), a.parse().unwrap()))
@@ -101,8 +104,10 @@ mod tests {
     #[test]
     fn operations_must_be_allowed() {
         let mut p = policy(&[]);
-        assert!(p.permits_operation(OperationType::Payment).is_ok());
+        let payment = BuiltinKind::Payment.name();
+        assert!(p.permits_operation(&payment).is_ok());
+        assert!(p.permits_operation(&BuiltinKind::Refund.name()).is_err());
         p.allowed_operations.clear();
-        assert!(p.permits_operation(OperationType::Payment).is_err());
+        assert!(p.permits_operation(&payment).is_err());
     }
 }

@@ -58,14 +58,23 @@ impl BusinessId {
     pub const MAX_CHARS: usize = 100;
 
     pub fn parse(field: &'static str, raw: &str) -> Result<Self, IdentifierError> {
+        Self::parse_at_most(field, raw, Self::MAX_CHARS)
+    }
+
+    /// The same rules with another length limit (free text such as a refund's reason).
+    pub fn parse_at_most(
+        field: &'static str,
+        raw: &str,
+        max_chars: usize,
+    ) -> Result<Self, IdentifierError> {
         let trimmed = raw.trim();
         if trimmed.is_empty() {
             return Err(IdentifierError::Empty { field });
         }
-        if trimmed.chars().count() > Self::MAX_CHARS {
+        if trimmed.chars().count() > max_chars {
             return Err(IdentifierError::TooLong {
                 field,
-                max: Self::MAX_CHARS,
+                max: max_chars,
             });
         }
         if trimmed.chars().any(char::is_control) {

@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 
 use crate::identifiers::{BusinessId, IdentifierError};
+use crate::kind::BuiltinKind;
 use crate::money::{Currency, Money, MoneyError};
+use crate::operation_request::OperationRequest;
 use crate::request_hash::RequestHash;
-use crate::status::OperationType;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PaymentRequestError {
@@ -60,7 +61,7 @@ impl PaymentRequest {
     /// hashed and what is stored as the operation's payload, so the two cannot differ.
     pub fn business_fields(&self) -> BTreeMap<&'static str, String> {
         BTreeMap::from([
-            ("operation_type", OperationType::Payment.as_str().to_owned()),
+            ("operation_type", BuiltinKind::Payment.as_str().to_owned()),
             ("customer_id", self.customer_id.as_str().to_owned()),
             ("invoice_id", self.invoice_id.as_str().to_owned()),
             ("amount", self.money.amount().to_string()),
@@ -76,6 +77,14 @@ impl PaymentRequest {
     pub fn request_hash(&self) -> RequestHash {
         RequestHash::of_canonical_json(&self.canonical_json())
     }
+
+    pub fn to_operation_request(&self) -> OperationRequest {
+        OperationRequest::from_string_fields(
+            BuiltinKind::Payment.name(),
+            self.business_fields(),
+            Some(self.money),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -89,6 +98,16 @@ mod tests {
             request.canonical_json(),
             r#"{"amount":"250.00","currency":"USD","customer_id":"cus_1","invoice_id":"inv_9","operation_type":"payment"}"#
         );
+    }
+
+    #[test]
+    fn the_operation_request_hashes_as_the_payment_always_has() {
+        let payment = PaymentRequest::parse("cus_1", "inv_1", "250", None).unwrap();
+        let request = payment.to_operation_request();
+        assert_eq!(request.request_hash(), &payment.request_hash());
+        assert_eq!(request.kind().as_str(), "payment");
+        assert_eq!(request.money(), Some(payment.money()));
+        assert_eq!(request.fields()["amount"], "250.00");
     }
 
     #[test]

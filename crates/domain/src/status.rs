@@ -46,7 +46,7 @@ impl OperationStatus {
         matches!(self, Self::Succeeded | Self::Failed)
     }
 
-    /// The one definition of which transitions exist (see DESIGN.md, "States").
+    /// The one definition of which transitions exist (docs/architecture.md, "States").
     pub fn can_transition(from: Self, to: Self) -> bool {
         use OperationStatus::*;
         matches!(
@@ -73,12 +73,12 @@ impl OperationStatus {
     /// Plain guidance for the agent that asked for the operation.
     pub fn agent_message(self) -> &'static str {
         match self {
-            Self::Pending => "Operation accepted and queued. Do not submit a new payment; check this operation again in about 1 second.",
-            Self::InProgress => "Operation is being executed. Do not submit a new payment; check this operation again in about 1 second.",
+            Self::Pending => "Operation accepted and queued. Do not submit a new request for it; check this operation again in about 1 second.",
+            Self::InProgress => "Operation is being executed. Do not submit a new request for it; check this operation again in about 1 second.",
             Self::Succeeded => "Operation succeeded.",
             Self::Failed => "Operation failed. A new attempt needs a new Idempotency-Key.",
-            Self::Unknown | Self::Reconciling => "Outcome is being reconciled with the provider. Do not submit a new payment; check this operation again in about 10 seconds.",
-            Self::ManualReview => "Outcome could not be determined automatically and awaits an operator. Do not submit a new payment; check this operation again in about 5 minutes.",
+            Self::Unknown | Self::Reconciling => "Outcome is being reconciled with the provider. Do not submit a new request for it; check this operation again in about 10 seconds.",
+            Self::ManualReview => "Outcome could not be determined automatically and awaits an operator. Do not submit a new request for it; check this operation again in about 5 minutes.",
         }
     }
 }
@@ -97,24 +97,6 @@ impl FromStr for OperationStatus {
             .into_iter()
             .find(|status| status.as_str() == s)
             .ok_or_else(|| UnknownStatus(s.to_owned()))
-    }
-}
-
-/// The kinds of business operation opgate carries out. Only payments exist today.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum OperationType {
-    Payment,
-}
-
-impl OperationType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Payment => "payment",
-        }
-    }
-
-    pub fn parse(raw: &str) -> Option<Self> {
-        (raw == "payment").then_some(Self::Payment)
     }
 }
 
@@ -166,7 +148,10 @@ mod tests {
             match status.check_again_after_secs() {
                 None => assert!(status.is_terminal()),
                 Some(_) => {
-                    assert!(message.contains("Do not submit a new payment"), "{status}");
+                    assert!(
+                        message.contains("Do not submit a new request for it"),
+                        "{status}"
+                    );
                     assert!(message.contains("check this operation again"), "{status}");
                 }
             }

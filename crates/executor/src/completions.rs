@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
-use opgate_store::{FencedWrite, GroupCommit, PendingTransition, Store, StoreError};
+use opgate_store::{FencedTransition, FencedWrite, GroupCommit, Store, StoreError};
 
 #[derive(Clone)]
 pub enum Completions {
-    Batched(GroupCommit<PendingTransition, FencedWrite>),
+    Batched(GroupCommit<FencedTransition, FencedWrite>),
     /// One transaction per completion (`--group-commit false`).
     Single {
         store: Store,
@@ -37,7 +37,7 @@ impl Completions {
         ))
     }
 
-    pub async fn write(&self, transition: PendingTransition) -> Result<FencedWrite, StoreError> {
+    pub async fn write(&self, transition: FencedTransition) -> Result<FencedWrite, StoreError> {
         match self {
             Self::Batched(batcher) => batcher.submit(transition).await,
             Self::Single { store, owner } => {

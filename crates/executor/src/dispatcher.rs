@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use opgate_provider::Provider;
+use opgate_provider::Providers;
 use opgate_store::{spawn_listener, ClaimedOperation, Store, OUTBOX_CHANNEL};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -24,11 +24,11 @@ use crate::worker::Worker;
 type InFlight = Arc<Mutex<HashMap<Uuid, i64>>>;
 
 /// What the claim loops share.
-struct Dispatch<P> {
+struct Dispatch {
     config: Config,
     store: Store,
     owner: String,
-    worker: Arc<Worker<P>>,
+    worker: Arc<Worker>,
     slots: Arc<Semaphore>,
     in_flight: InFlight,
     tasks: Mutex<JoinSet<()>>,
@@ -36,10 +36,10 @@ struct Dispatch<P> {
 }
 
 /// Runs until `shutdown` resolves, then drains or releases in-flight work.
-pub async fn run<P: Provider>(
+pub async fn run(
     config: Config,
     store: Store,
-    provider: Arc<P>,
+    providers: Arc<Providers>,
     owner: String,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -47,7 +47,7 @@ pub async fn run<P: Provider>(
     spawn_wake_listener(config.database_url.clone(), wake.clone());
     let worker = Arc::new(Worker {
         store: store.clone(),
-        provider,
+        providers,
         owner: owner.clone(),
         lease: config.lease,
         max_attempts: config.max_attempts,
@@ -91,7 +91,7 @@ pub async fn run<P: Provider>(
     .await;
 }
 
-async fn claim_loop<P: Provider>(dispatch: Arc<Dispatch<P>>, mut stopped: watch::Receiver<bool>) {
+async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>) {
     let config = &dispatch.config;
     let mut claim_failures = 0u32;
     loop {
@@ -147,7 +147,7 @@ async fn claim_loop<P: Provider>(dispatch: Arc<Dispatch<P>>, mut stopped: watch:
     }
 }
 
-impl<P: Provider> Dispatch<P> {
+impl Dispatch {
     fn start(&self, op: ClaimedOperation, slot: OwnedSemaphorePermit) {
         self.in_flight
             .lock()

@@ -5,21 +5,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use opgate_domain::OperationStatus;
-use opgate_provider::{PaymentInstruction, Provider, ProviderOutcome};
-use opgate_store::{ClaimedOperation, FencedWrite, PendingTransition, Store};
+use opgate_domain::{OperationStatus, Transition};
+use opgate_provider::{Instruction, ProviderOutcome, Providers};
+use opgate_store::{ClaimedOperation, FencedTransition, FencedWrite, Store};
 use tokio::sync::watch;
 
 use crate::completions::Completions;
 use crate::heartbeat::{spawn_heartbeat, LeaseLost};
+use crate::rules::{after_answer, before_call, Attempt, Claim, Step};
 use crate::settled::SettledNotifier;
 use opgate_domain::backoff::retry_delay;
 use opgate_telemetry::{metrics, propagation};
 use tracing::Instrument;
 
-pub struct Worker<P> {
+pub struct Worker {
     pub store: Store,
-    pub provider: Arc<P>,
+    pub providers: Arc<Providers>,
     pub owner: String,
     pub lease: Duration,
     pub max_attempts: u32,
@@ -32,30 +33,24 @@ pub struct Worker<P> {
 
 /// The write a provider call leads to.
 enum Decision {
-    Complete {
-        status: OperationStatus,
-        reference: Option<String>,
-        error: Option<String>,
-        reason: &'static str,
-    },
-    Requeue {
-        delay: Duration,
-        error: String,
-    },
+    Write(Transition),
+    Requeue { delay: Duration, error: String },
     LeaseLost,
 }
 
-impl<P: Provider> Worker<P> {
+impl Worker {
     /// Runs in a messaging "process" span that continues the trace the operation was
     /// registered in (its stored traceparent).
     pub async fn execute(&self, op: ClaimedOperation) {
         let span = tracing::info_span!(
-            "process payment",
+            "process operation",
             otel.kind = "consumer",
             messaging.system = "opgate",
             messaging.operation.type = "process",
             messaging.destination.name = "outbox",
             opgate.operation_id = %op.operation_id,
+            opgate.operation_type = %op.operation_type,
+            opgate.provider = %op.provider,
             opgate.agent_id = %op.agent_id,
             opgate.fencing_token = op.fencing_token,
             opgate.attempt = op.attempts,
@@ -73,79 +68,46 @@ impl<P: Provider> Worker<P> {
     }
 
     async fn execute_in_span(&self, op: &ClaimedOperation) {
-        let op = op.clone();
-        let (decision, calls) = match PaymentInstruction::from_payload(op.operation_id, &op.payload)
-        {
-            None => (
-                complete(
-                    OperationStatus::Failed,
-                    None,
-                    Some("stored request could not be read; never sent".into()),
-                    "unreadable request",
-                ),
-                0,
-            ),
-            Some(_)
-                if op.previous_status == OperationStatus::InProgress
-                    && !self.provider.keyed_retries_safe() =>
-            {
-                (
-                    complete(
-                        OperationStatus::Unknown,
-                        None,
-                        Some("a previous executor's lease expired during execution".into()),
-                        "abandoned mid-call; not re-sent because keyed retries are off",
-                    ),
-                    0,
-                )
-            }
-            // Claims count as attempts: an operation whose every execution ends with
-            // its executor gone (a crash it causes, say) is not sent again forever.
-            Some(_)
-                if op.previous_status == OperationStatus::InProgress
-                    && op.attempts.max(0) as u32 > self.max_attempts =>
-            {
-                (
-                    complete(
-                        OperationStatus::Unknown,
-                        None,
-                        Some(format!(
-                            "abandoned mid-call; not re-sent after {} attempts",
-                            op.attempts - 1
-                        )),
-                        "abandoned mid-call with no attempts left; the reconciler follows up",
-                    ),
-                    0,
-                )
-            }
-            Some(instruction) => {
-                let (lost, heartbeat) = spawn_heartbeat(
-                    self.store.clone(),
-                    op.operation_id,
-                    op.fencing_token,
-                    self.lease,
-                );
-                let mut calls = 0;
-                let decision = self
-                    .call_provider(&op, &instruction, lost, &mut calls)
-                    .await;
-                drop(heartbeat);
-                (decision, calls)
-            }
+        let claim = Claim {
+            taken_over: op.previous_status == OperationStatus::InProgress,
+            attempts: op.attempts.max(0) as u32,
+            max_attempts: self.max_attempts,
+            keyed_retries_safe: self.providers.keyed_retries_safe(&op.provider),
         };
-        self.write(&op, decision, calls).await;
+        if let Some(transition) = before_call(&claim) {
+            return self.write(op, Decision::Write(transition), 0).await;
+        }
+        let (lost, heartbeat) = spawn_heartbeat(
+            self.store.clone(),
+            op.operation_id,
+            op.fencing_token,
+            self.lease,
+        );
+        let mut calls = 0;
+        let decision = self
+            .call_provider(op, &instruction_of(op), lost, &mut calls)
+            .await;
+        drop(heartbeat);
+        self.write(op, decision, calls).await;
     }
 
     async fn call_provider(
         &self,
         op: &ClaimedOperation,
-        instruction: &PaymentInstruction,
+        instruction: &Instruction,
         mut lost: watch::Receiver<LeaseLost>,
         calls_made: &mut u32,
     ) -> Decision {
         // A previous owner may have sent the request before its lease expired.
-        let mut maybe_sent = op.previous_status == OperationStatus::InProgress;
-        let mut calls = op.attempts.max(1) as u32;
+        let mut attempt = Attempt {
+            maybe_sent: op.previous_status == OperationStatus::InProgress,
+            calls: op.attempts.max(1) as u32,
+            max_attempts: self.max_attempts,
+            keyed_retries_safe: self.providers.keyed_retries_safe(&op.provider),
+            retry_count: op.retry_count.max(0) as u32,
+            retry_base: self.retry_base,
+            retry_max: self.retry_max,
+        };
         let mut retry_in_claim = 0;
         loop {
             let started = std::time::Instant::now();
@@ -153,90 +115,23 @@ impl<P: Provider> Worker<P> {
             // lease was lost meanwhile, so the refusal shows in the audit trail.
             let outcome = tokio::select! {
                 biased;
-                outcome = self.provider.execute(instruction) => outcome,
+                outcome = self.providers.execute(&op.provider, instruction) => outcome,
                 _ = lost.changed() => return Decision::LeaseLost,
             };
             *calls_made += 1;
             metrics().provider_call(outcome_name(&outcome), started.elapsed().as_secs_f64());
             tracing::info!(
-                operation_id = %op.operation_id, attempt = calls,
+                operation_id = %op.operation_id, attempt = attempt.calls,
                 outcome = outcome_name(&outcome), elapsed_ms = started.elapsed().as_millis() as u64,
                 "provider call"
             );
-            let uncertain_cause = match outcome {
-                ProviderOutcome::Succeeded { reference } => {
-                    return complete(
-                        OperationStatus::Succeeded,
-                        Some(reference),
-                        None,
-                        "provider confirmed the payment",
-                    )
-                }
-                ProviderOutcome::Declined { reference, code } => {
-                    return complete(
-                        OperationStatus::Failed,
-                        reference,
-                        Some(format!("declined by the provider: {code}")),
-                        "provider declined",
-                    )
-                }
-                // A refusal proves nothing about an earlier attempt that may have
-                // reached the provider: only a first-hand refusal is a failure.
-                ProviderOutcome::Rejected { status, detail } if !maybe_sent => {
-                    return complete(
-                        OperationStatus::Failed,
-                        None,
-                        Some(format!("provider rejected the request (HTTP {status}): {detail}")),
-                        "provider rejected the request",
-                    )
-                }
-                ProviderOutcome::Rejected { status, detail } => {
-                    return complete(
-                        OperationStatus::Unknown,
-                        None,
-                        Some(format!("provider rejected a retry (HTTP {status}): {detail}; an earlier attempt may have reached it")),
-                        "outcome uncertain; the reconciler follows up",
-                    )
-                }
-                ProviderOutcome::Pending { reference } => {
-                    return complete(
-                        OperationStatus::Unknown,
-                        reference,
-                        Some("provider reports the payment as pending".into()),
-                        "pending at the provider; the reconciler follows up",
-                    )
-                }
-                ProviderOutcome::NotSent { cause } if !maybe_sent => {
-                    if calls >= self.max_attempts {
-                        return complete(
-                            OperationStatus::Failed,
-                            None,
-                            Some(format!(
-                                "never reached the provider after {calls} attempts: {cause}"
-                            )),
-                            "never reached the provider",
-                        );
-                    }
-                    let delay = retry_delay(op.retry_count as u32, self.retry_base, self.retry_max);
-                    return Decision::Requeue {
-                        delay,
-                        error: cause,
-                    };
-                }
-                ProviderOutcome::NotSent { cause } => cause,
-                ProviderOutcome::Uncertain { cause } => {
-                    maybe_sent = true;
-                    cause
-                }
-            };
-            if !self.provider.keyed_retries_safe() || calls >= self.max_attempts {
-                return complete(
-                    OperationStatus::Unknown,
-                    None,
-                    Some(uncertain_cause),
-                    "outcome uncertain; the reconciler follows up",
-                );
+            let uncertain = matches!(outcome, ProviderOutcome::Uncertain { .. });
+            match after_answer(outcome, &attempt) {
+                Step::Write(transition) => return Decision::Write(transition),
+                Step::Requeue { delay, error } => return Decision::Requeue { delay, error },
+                Step::RetrySameKey { .. } => {}
             }
+            attempt.maybe_sent |= uncertain;
             // Same key, same operation: the provider deduplicates, so this is safe.
             let delay = retry_delay(retry_in_claim, self.retry_base, self.retry_max);
             retry_in_claim += 1;
@@ -249,11 +144,11 @@ impl<P: Provider> Worker<P> {
                 .count_attempt(op.operation_id, op.fencing_token)
                 .await
             {
-                Ok(true) => calls += 1,
+                Ok(true) => attempt.calls += 1,
                 Ok(false) => return Decision::LeaseLost,
                 Err(error) => {
                     tracing::warn!(operation_id = %op.operation_id, %error, "could not count an attempt; retrying anyway");
-                    calls += 1;
+                    attempt.calls += 1;
                 }
             }
         }
@@ -280,22 +175,13 @@ impl<P: Provider> Worker<P> {
                     }
                     return;
                 }
-                Decision::Complete {
-                    status,
-                    reference,
-                    error,
-                    reason,
-                } => {
+                Decision::Write(transition) => {
                     self.completions
-                        .write(PendingTransition {
+                        .write(FencedTransition {
                             operation_id: op.operation_id,
                             fencing_token: op.fencing_token,
                             from: OperationStatus::InProgress,
-                            status: *status,
-                            provider_reference: reference.clone(),
-                            last_error: error.clone(),
-                            reason: (*reason).to_owned(),
-                            next_check_in: None,
+                            transition: transition.clone(),
                         })
                         .await
                 }
@@ -336,20 +222,17 @@ impl<P: Provider> Worker<P> {
 
     fn after_applied(&self, op: &ClaimedOperation, decision: &Decision, calls: u32) {
         match decision {
-            Decision::Complete { status, .. } => {
+            Decision::Write(transition) => {
+                let status = transition.to;
                 // Calls made for it in all: earlier claims' and this one's.
                 let attempts = (op.attempts.max(1) as u32 - 1 + calls) as u64;
                 metrics().operation_completed(status.as_str(), attempts);
                 let span = tracing::Span::current();
                 span.record("opgate.transition", format!("IN_PROGRESS->{status}"));
-                if let Decision::Complete {
-                    reference: Some(reference),
-                    ..
-                } = decision
-                {
+                if let Some(reference) = &transition.provider_reference {
                     span.record("opgate.provider_reference", reference.as_str());
                 }
-                tracing::info!(operation_id = %op.operation_id, agent_id = %op.agent_id, status = %status, "operation completed");
+                tracing::info!(operation_id = %op.operation_id, agent_id = %op.agent_id, kind = %op.operation_type, status = %status, "operation completed");
                 if status.is_terminal() {
                     self.settled.settled(op.operation_id);
                 }
@@ -362,18 +245,16 @@ impl<P: Provider> Worker<P> {
     }
 }
 
-fn complete(
-    status: OperationStatus,
-    reference: Option<String>,
-    error: Option<String>,
-    reason: &'static str,
-) -> Decision {
-    Decision::Complete {
-        status,
-        reference,
-        error,
-        reason,
-    }
+/// What the provider is asked, built from the claimed row.
+fn instruction_of(op: &ClaimedOperation) -> Instruction {
+    let money = op.amount.zip(op.currency.clone());
+    Instruction::for_operation(
+        op.operation_id,
+        &op.operation_type,
+        &op.payload,
+        money.map(|(amount, currency)| (amount.to_string(), currency)),
+        op.provider_reference.as_deref(),
+    )
 }
 
 fn outcome_name(outcome: &ProviderOutcome) -> &'static str {

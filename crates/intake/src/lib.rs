@@ -69,7 +69,7 @@ pub fn serve(
             .wrap(actix_web::middleware::from_fn(http_span::trace_request))
             .app_data(state.clone())
             .app_data(body::json_config())
-            .service(routes::payments::create_payment)
+            .service(routes::create::create_operation)
             .service(routes::operations::get_operation)
             .service(routes::admin::list_operations)
             .service(routes::admin::show_operation)

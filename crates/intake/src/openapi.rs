@@ -5,14 +5,14 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::problem::Problem;
-use crate::routes::{admin, health, operations, payments};
+use crate::routes::{admin, create, health, operations, payments, refunds};
 use crate::view::OperationView;
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "opgate intake", description = "Idempotent execution of agents' business operations."),
     paths(
-        payments::create_payment,
+        create::create_operation,
         operations::get_operation,
         admin::list_operations,
         admin::show_operation,
@@ -20,7 +20,7 @@ use crate::view::OperationView;
         health::healthz,
         health::readyz,
     ),
-    components(schemas(payments::PaymentBody, OperationView, Problem, admin::AdminOperation, admin::AdminOperationDetail, admin::ResolveBody)),
+    components(schemas(create::OperationBody, payments::PaymentBody, refunds::RefundBody, OperationView, Problem, admin::AdminOperation, admin::AdminOperationDetail, admin::ResolveBody)),
     modifiers(&AgentKeyScheme),
 )]
 pub struct ApiDoc;

@@ -1,5 +1,5 @@
 //! RFC 9457 problem details: every error intake returns is one of these, as
-//! `application/problem+json`, with the status codes of DESIGN.md.
+//! `application/problem+json`, with the status codes of the README.
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
@@ -73,6 +73,43 @@ impl Problem {
             "not-found",
             "Operation not found",
             "No operation with this id exists for this agent.",
+        )
+    }
+
+    pub fn unknown_kind(kind: &str) -> Self {
+        let shown: String = kind.chars().take(64).collect();
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown-kind",
+            "No such operation kind",
+            format!("There is no operation kind {shown:?}; GET /openapi.json lists the kinds."),
+        )
+    }
+
+    pub fn payment_not_found() -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "Payment not found",
+            "No payment with this payment_operation_id exists for this agent.",
+        )
+    }
+
+    pub fn payment_not_refundable(status: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "payment-not-refundable",
+            "Payment cannot be refunded",
+            format!("The payment is {status}; only a SUCCEEDED payment can be refunded. Nothing was recorded."),
+        )
+    }
+
+    pub fn refund_exceeds_payment(refundable: &str) -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "refund-exceeds-payment",
+            "Refund exceeds the payment",
+            format!("At most {refundable} of this payment remains refundable (refunds that have not failed count). Nothing was recorded."),
         )
     }
 

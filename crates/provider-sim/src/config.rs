@@ -1,13 +1,35 @@
 //! Command line and environment: the listen address and the `--fault NAME=SPEC`
-//! flags, parsed into a `FaultSet`.
+//! flags, parsed into a `FaultSet`; `--help` also lists the endpoints.
 
 use clap::{CommandFactory, Parser};
 
 use crate::faults::{Fault, FaultSet, ProbFault};
 
+/// The endpoints, for `--help`.
+const ENDPOINTS: &str = "\
+Endpoints (JSON; creates need an Idempotency-Key header: a repeat with the same
+parameters returns the original, different parameters get 409):
+  POST /v1/payments                    {customer_id, invoice_id, amount, currency}
+                                       customer_id decline* fails, pending* stays pending
+  GET  /v1/payments?idempotency_key=K
+  POST /v1/refunds                     {payment_id, amount, currency}: a succeeded
+                                       payment, at most what is left of it
+  GET  /v1/refunds?idempotency_key=K
+  POST /v1/resources/{collection}      any JSON object, kept as `request`; 201
+  GET  /v1/resources/{collection}?idempotency_key=K
+  GET  /v1/resources/{collection}/{id}
+  Refund and resource bodies may hold \"simulate\": \"failed\" or \"pending\".
+  Faults apply to every create.
+
+Simulator controls:
+  GET  /_sim/ledger                    charges, refunds, resources, requests_by_key
+  GET|POST /_sim/faults                read or replace the armed faults
+  POST /_sim/{payments|refunds|resources}/{id}/settle  {status, failure_code?}
+  GET  /healthz";
+
 /// A fake payment provider for opgate's tests, demos and benchmarks.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "provider-sim", version, about)]
+#[command(name = "provider-sim", version, about, after_help = ENDPOINTS)]
 pub struct Config {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, env = "PROVIDER_SIM_LISTEN", default_value = "127.0.0.1:9090")]
@@ -184,6 +206,22 @@ mod tests {
         );
         assert_eq!(set.delay_ms, 20);
         assert_eq!(set.pending, None);
+    }
+
+    #[test]
+    fn help_lists_every_endpoint() {
+        let help = Config::command().render_long_help().to_string();
+        for endpoint in [
+            "POST /v1/payments",
+            "POST /v1/refunds",
+            "GET  /v1/refunds?idempotency_key=K",
+            "POST /v1/resources/{collection}",
+            "GET  /v1/resources/{collection}/{id}",
+            "/_sim/{payments|refunds|resources}/{id}/settle",
+            "GET  /_sim/ledger",
+        ] {
+            assert!(help.contains(endpoint), "{endpoint} missing from {help}");
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Injectable faults: which ones are armed, with what probability and how many
 //! injections they have left, and the dice roll that decides whether one fires.
+//! They apply alike to every create (payments, refunds, resources); lookups and the
+//! `/_sim` controls are never faulted.
 //! The same `FaultSet` is built from `--fault` flags and read/replaced through
 //! `GET`/`POST /_sim/faults` (its JSON form is the serde form below).
 
@@ -9,13 +11,13 @@ use serde::{Deserialize, Serialize};
 /// A fault that fires with some probability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fault {
-    /// Commit the payment, then close the connection without answering.
+    /// Commit the new record, then close the connection without answering.
     DropAfterCommit,
     /// Answer 503 and record nothing.
     ErrorBeforeCommit,
-    /// Commit the payment, then answer 500.
+    /// Commit the new record, then answer 500.
     ErrorAfterCommit,
-    /// Leave a new payment pending instead of charging it.
+    /// Leave a new record pending instead of succeeding it.
     Pending,
 }
 
@@ -94,7 +96,8 @@ pub struct FaultSet {
     pub error_after_commit: Option<ProbFault>,
     #[serde(default)]
     pub pending: Option<ProbFault>,
-    /// Sleep before handling every `POST /v1/payments`.
+    /// Sleep before handling every create (`POST /v1/payments`, `/v1/refunds`,
+    /// `/v1/resources/{collection}`).
     #[serde(default)]
     pub delay_ms: u64,
 }

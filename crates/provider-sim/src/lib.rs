@@ -1,6 +1,8 @@
 //! `provider-sim` as a library: the server loop, so tests can run it in-process on
-//! port 0, plus the modules that hold its state, faults and routes. See DESIGN.md,
-//! "Provider contract".
+//! port 0, plus the modules that hold its state, faults and routes. It serves
+//! idempotent payments, refunds of them and generic resources (whatever a
+//! catalog-declared operation kind creates), each under an `Idempotency-Key`; the
+//! endpoints are listed in `config` (`--help`) and in the README, "provider-sim".
 
 pub mod config;
 pub mod faults;

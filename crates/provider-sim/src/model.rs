@@ -1,84 +1,30 @@
-//! The provider's data: payments, ledger charges, and the request bodies that create
-//! and settle payments together with their validation.
+//! The provider's data: payments, refunds and generic resources, the ledger rows they
+//! leave, and the request bodies that create and settle them together with their
+//! validation. What the three share lives here; each has its own submodule.
+
+mod payment;
+mod refund;
+mod resource;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+pub use payment::{Charge, CreatePaymentRequest, NewPayment, Payment};
+pub use refund::{exact_decimal, CreateRefundRequest, LedgerRefund, NewRefund, Refund};
+pub use resource::{valid_collection, LedgerResource, NewResource, Resource, COLLECTION_RULE};
+
+/// Where a payment, refund or resource stands. Only `Pending` can change, once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum PaymentStatus {
+pub enum Status {
     Succeeded,
     Failed,
     Pending,
 }
 
-/// A payment as stored and as returned by every endpoint that returns one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Payment {
-    pub id: String,
-    pub status: PaymentStatus,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failure_code: Option<String>,
-    pub customer_id: String,
-    pub invoice_id: String,
-    pub amount: String,
-    pub currency: String,
-    pub idempotency_key: String,
-    pub created_at: String,
-}
-
-/// One row of the ledger: money actually taken.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Charge {
-    pub payment_id: String,
-    pub idempotency_key: String,
-    pub customer_id: String,
-    pub invoice_id: String,
-    pub amount: String,
-    pub currency: String,
-    pub charged_at: String,
-}
-
-impl Charge {
-    pub fn of(payment: &Payment, charged_at: String) -> Charge {
-        Charge {
-            payment_id: payment.id.clone(),
-            idempotency_key: payment.idempotency_key.clone(),
-            customer_id: payment.customer_id.clone(),
-            invoice_id: payment.invoice_id.clone(),
-            amount: payment.amount.clone(),
-            currency: payment.currency.clone(),
-            charged_at,
-        }
-    }
-}
-
-/// A validated payment request: the parameters a repeat must match exactly.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewPayment {
-    pub customer_id: String,
-    pub invoice_id: String,
-    pub amount: String,
-    pub currency: String,
-}
-
-impl NewPayment {
-    pub fn same_parameters_as(&self, payment: &Payment) -> bool {
-        self.customer_id == payment.customer_id
-            && self.invoice_id == payment.invoice_id
-            && self.amount == payment.amount
-            && self.currency == payment.currency
-    }
-}
-
-/// Body of `POST /v1/payments`. Unknown fields are ignored, as most providers do.
-#[derive(Debug, Deserialize)]
-pub struct CreatePaymentRequest {
-    pub customer_id: String,
-    pub invoice_id: String,
-    pub amount: String,
-    pub currency: String,
-    #[serde(default)]
-    pub metadata: Option<Metadata>,
+/// Anything the API returns with an id: the id is what the request log shows.
+pub trait Record: Serialize {
+    fn id(&self) -> &str;
 }
 
 #[derive(Debug, Deserialize)]
@@ -87,44 +33,48 @@ pub struct Metadata {
     pub operation_id: Option<String>,
 }
 
-impl CreatePaymentRequest {
-    pub fn validate(self) -> Result<NewPayment, String> {
-        if self.customer_id.is_empty() {
-            return Err("customer_id must not be empty".into());
+/// A test's request, through a top-level `"simulate"` string in the body, that a new
+/// refund or resource end some way other than succeeding. Any other value is ignored:
+/// for resources it is just data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Simulate {
+    Failed,
+    Pending,
+}
+
+impl Simulate {
+    pub fn from_field(value: Option<&Value>) -> Option<Simulate> {
+        match value.and_then(Value::as_str) {
+            Some("failed") => Some(Simulate::Failed),
+            Some("pending") => Some(Simulate::Pending),
+            _ => None,
         }
-        if self.invoice_id.is_empty() {
-            return Err("invoice_id must not be empty".into());
-        }
-        if !is_positive_decimal(&self.amount) {
-            return Err("amount must be a positive decimal string such as \"250.00\"".into());
-        }
-        if self.currency.len() != 3 || !self.currency.bytes().all(|b| b.is_ascii_uppercase()) {
-            return Err("currency must be a three-letter upper-case code such as \"USD\"".into());
-        }
-        Ok(NewPayment {
-            customer_id: self.customer_id,
-            invoice_id: self.invoice_id,
-            amount: self.amount,
-            currency: self.currency,
-        })
     }
 }
 
 /// `digits[.digits]`, not zero.
-fn is_positive_decimal(text: &str) -> bool {
+pub(crate) fn is_positive_decimal(text: &str) -> bool {
     let (whole, fraction) = text.split_once('.').unwrap_or((text, "0"));
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     digits(whole) && digits(fraction) && text.bytes().any(|b| (b'1'..=b'9').contains(&b))
 }
 
-/// How a pending payment ends.
+pub(crate) fn check_currency(currency: &str) -> Result<(), String> {
+    if currency.len() == 3 && currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        Ok(())
+    } else {
+        Err("currency must be a three-letter upper-case code such as \"USD\"".into())
+    }
+}
+
+/// How a pending payment, refund or resource ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settlement {
     Succeeded,
     Failed { failure_code: String },
 }
 
-/// Body of `POST /_sim/payments/{id}/settle`.
+/// Body of `POST /_sim/{payments|refunds|resources}/{id}/settle`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SettleRequest {
@@ -134,7 +84,9 @@ pub struct SettleRequest {
 }
 
 impl SettleRequest {
-    pub fn validate(self) -> Result<Settlement, String> {
+    /// `default_failure_code` is used when a failure names none: each kind of record
+    /// has its own (`card_declined` for payments).
+    pub fn validate(self, default_failure_code: &str) -> Result<Settlement, String> {
         match (self.status.as_str(), self.failure_code) {
             ("succeeded", None) => Ok(Settlement::Succeeded),
             ("succeeded", Some(_)) => {
@@ -143,7 +95,7 @@ impl SettleRequest {
             ("failed", code) => Ok(Settlement::Failed {
                 failure_code: code
                     .filter(|c| !c.is_empty())
-                    .unwrap_or_else(|| "card_declined".into()),
+                    .unwrap_or_else(|| default_failure_code.into()),
             }),
             _ => Err("status must be \"succeeded\" or \"failed\"".into()),
         }
@@ -153,16 +105,7 @@ impl SettleRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn request(amount: &str, currency: &str) -> CreatePaymentRequest {
-        CreatePaymentRequest {
-            customer_id: "cus_1".into(),
-            invoice_id: "inv_1".into(),
-            amount: amount.into(),
-            currency: currency.into(),
-            metadata: None,
-        }
-    }
+    use serde_json::json;
 
     #[test]
     fn amounts() {
@@ -177,14 +120,21 @@ mod tests {
     }
 
     #[test]
-    fn validation() {
-        assert!(request("250.00", "USD").validate().is_ok());
-        assert!(request("250.00", "usd").validate().is_err());
-        assert!(request("250.00", "USDT").validate().is_err());
-        assert!(request("-5", "USD").validate().is_err());
-        let mut empty = request("1", "USD");
-        empty.customer_id.clear();
-        assert!(empty.validate().is_err());
+    fn currencies() {
+        assert!(check_currency("USD").is_ok());
+        for bad in ["usd", "USDT", "US", "", "U$D"] {
+            assert!(check_currency(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn simulate_field() {
+        let of = |v: Value| Simulate::from_field(Some(&v));
+        assert_eq!(of(json!("failed")), Some(Simulate::Failed));
+        assert_eq!(of(json!("pending")), Some(Simulate::Pending));
+        assert_eq!(of(json!("succeeded")), None);
+        assert_eq!(of(json!(["failed"])), None);
+        assert_eq!(Simulate::from_field(None), None);
     }
 
     #[test]
@@ -194,7 +144,7 @@ mod tests {
                 status: status.into(),
                 failure_code: code.map(Into::into),
             }
-            .validate()
+            .validate("card_declined")
         };
         assert_eq!(settle("succeeded", None), Ok(Settlement::Succeeded));
         assert_eq!(

@@ -1,5 +1,6 @@
-//! Query-string parsing for `GET /v1/payments?idempotency_key=K`:
-//! `application/x-www-form-urlencoded` decoding (`%XX` escapes and `+` for space).
+//! Query-string parsing for the lookups (`GET /v1/payments?idempotency_key=K` and
+//! the like): `application/x-www-form-urlencoded` decoding (`%XX` escapes and `+`
+//! for space).
 
 /// The first value of `name` in `query`; `Ok(None)` if absent. Errors on bad escapes
 /// or text that is not UTF-8.

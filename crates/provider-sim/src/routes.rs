@@ -1,6 +1,12 @@
 //! HTTP surface: routes each request to the state, turns outcomes into JSON
 //! responses (or a dropped connection), and logs one line per request with only the
-//! method, path, status, payment id and the faults that fired.
+//! method, path, status, record id and the faults that fired. The create flow every
+//! kind shares is here; each kind's endpoints have their own submodule.
+
+mod payments;
+mod refunds;
+mod resources;
+mod sim;
 
 use std::fmt;
 
@@ -13,10 +19,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::faults::{Fault, FaultSet};
-use crate::model::{CreatePaymentRequest, Payment, SettleRequest};
-use crate::query;
-use crate::state::{CreateOutcome, SettleError, SimState};
+use crate::faults::Fault;
+use crate::model::Record;
+use crate::state::{CreateOutcome, SimState};
 
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
@@ -40,7 +45,8 @@ enum Reply {
 /// A reply plus what the log line needs to know about it.
 struct Handled {
     reply: Reply,
-    payment_id: Option<String>,
+    /// The payment, refund or resource the request was about.
+    id: Option<String>,
     faults: Vec<&'static str>,
 }
 
@@ -55,7 +61,7 @@ impl Handled {
         };
         Handled {
             reply,
-            payment_id: None,
+            id: None,
             faults: Vec::new(),
         }
     }
@@ -64,18 +70,31 @@ impl Handled {
         Handled::json(status, &json!({ "error": message.into() }))
     }
 
-    fn payment(payment: &Payment) -> Handled {
-        Handled::json(StatusCode::OK, payment).for_payment(payment)
+    fn bad_request(message: impl Into<String>) -> Handled {
+        Handled::error(StatusCode::BAD_REQUEST, message)
     }
 
-    fn for_payment(mut self, payment: &Payment) -> Handled {
-        self.payment_id = Some(payment.id.clone());
+    fn record(status: StatusCode, record: &impl Record) -> Handled {
+        Handled::json(status, record).for_record(record)
+    }
+
+    fn for_record(mut self, record: &impl Record) -> Handled {
+        self.id = Some(record.id().to_owned());
         self
     }
 
     fn fault(mut self, name: &'static str) -> Handled {
         self.faults.push(name);
         self
+    }
+
+    /// Notes the delay-ms fault if it slept before this request was handled.
+    fn delayed(self, delayed: bool) -> Handled {
+        if delayed {
+            self.fault("delay-ms")
+        } else {
+            self
+        }
     }
 }
 
@@ -118,7 +137,7 @@ pub async fn handle(
         %method,
         %path,
         %status,
-        payment_id = %handled.payment_id.as_deref().unwrap_or("-"),
+        id = %handled.id.as_deref().unwrap_or("-"),
         %faults,
         "request"
     );
@@ -138,14 +157,17 @@ pub async fn handle(
 
 async fn route(state: &SimState, path: &str, req: Request<Incoming>) -> Handled {
     match (req.method(), path) {
-        (&Method::POST, "/v1/payments") => create_payment(state, req).await,
-        (&Method::GET, "/v1/payments") => lookup_payment(state, req.uri().query()),
+        (&Method::POST, "/v1/payments") => payments::create(state, req).await,
+        (&Method::GET, "/v1/payments") => payments::lookup(state, req.uri().query()),
+        (&Method::POST, "/v1/refunds") => refunds::create(state, req).await,
+        (&Method::GET, "/v1/refunds") => refunds::lookup(state, req.uri().query()),
+        (_, _) if path.starts_with(resources::PREFIX) => resources::route(state, path, req).await,
         (&Method::GET, "/_sim/ledger") => Handled::json(StatusCode::OK, &state.ledger()),
         (&Method::GET, "/_sim/faults") => Handled::json(StatusCode::OK, &state.faults()),
-        (&Method::POST, "/_sim/faults") => set_faults(state, req).await,
+        (&Method::POST, "/_sim/faults") => sim::set_faults(state, req).await,
         (&Method::GET, "/healthz") => Handled::json(StatusCode::OK, &json!({ "status": "ok" })),
-        (&Method::POST, _) => match settle_target(path) {
-            Some(id) => settle(state, id, req).await,
+        (&Method::POST, _) => match sim::settle_target(path) {
+            Some((kind, id)) => sim::settle(state, kind, id, req).await,
             None => not_found(),
         },
         _ => not_found(),
@@ -156,42 +178,56 @@ fn not_found() -> Handled {
     Handled::error(StatusCode::NOT_FOUND, "not found")
 }
 
-async fn create_payment(state: &SimState, req: Request<Incoming>) -> Handled {
-    let key = match idempotency_key(&req) {
-        Ok(key) => key,
-        Err(handled) => return handled,
-    };
+/// The `Idempotency-Key` of a create request, counted (with the request's
+/// `traceparent`) before anything else can refuse the request.
+fn accept_key(state: &SimState, req: &Request<Incoming>) -> Result<String, Handled> {
+    let key = idempotency_key(req)?;
     let traceparent = req
         .headers()
         .get("traceparent")
         .and_then(|value| value.to_str().ok());
     state.record_request(&key, traceparent);
-    let request = match read_json::<CreatePaymentRequest>(req).await {
-        Ok(body) => match body.validate() {
-            Ok(request) => request,
-            Err(message) => return Handled::error(StatusCode::BAD_REQUEST, message),
-        },
-        Err(handled) => return handled,
-    };
+    Ok(key)
+}
 
+fn idempotency_key(req: &Request<Incoming>) -> Result<String, Handled> {
+    match req.headers().get("idempotency-key") {
+        None => Err(Handled::bad_request("missing Idempotency-Key")),
+        Some(value) => match value.to_str() {
+            Ok("") => Err(Handled::bad_request("missing Idempotency-Key")),
+            Ok(key) => Ok(key.to_owned()),
+            Err(_) => Err(Handled::bad_request(
+                "Idempotency-Key must be visible ASCII",
+            )),
+        },
+    }
+}
+
+/// Sleeps for the delay-ms fault, if armed; whether it slept.
+async fn injected_delay(state: &SimState) -> bool {
     let delay = state.delay();
-    let delayed = !delay.is_zero();
-    if delayed {
+    if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let handled = match state.create_payment(&key, request) {
+    !delay.is_zero()
+}
+
+/// The answer to a create that reached the state. `created` is the status of a new
+/// record's answer: 200 for payments and refunds, 201 for resources.
+fn created_reply<T: Record>(outcome: CreateOutcome<T>, created: StatusCode) -> Handled {
+    match outcome {
         CreateOutcome::InjectedErrorBeforeCommit => Handled::error(
             StatusCode::SERVICE_UNAVAILABLE,
             "injected error before commit",
         )
         .fault(Fault::ErrorBeforeCommit.name()),
-        CreateOutcome::Replayed(payment) => Handled::payment(&payment),
+        CreateOutcome::Replayed(record) => Handled::record(StatusCode::OK, &record),
         CreateOutcome::KeyConflict => Handled::error(
             StatusCode::CONFLICT,
             "idempotency key reused with different parameters",
         ),
         CreateOutcome::Created {
-            payment,
+            record,
             pending_injected,
             after_commit,
         } => {
@@ -200,13 +236,13 @@ async fn create_payment(state: &SimState, req: Request<Incoming>) -> Handled {
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "injected error after commit",
                 )
-                .for_payment(&payment),
+                .for_record(&record),
                 Some(Fault::DropAfterCommit) => Handled {
                     reply: Reply::Drop,
-                    payment_id: Some(payment.id.clone()),
+                    id: Some(record.id().to_owned()),
                     faults: Vec::new(),
                 },
-                _ => Handled::payment(&payment),
+                _ => Handled::record(created, &record),
             };
             if pending_injected {
                 handled = handled.fault(Fault::Pending.name());
@@ -216,83 +252,25 @@ async fn create_payment(state: &SimState, req: Request<Incoming>) -> Handled {
             }
             handled
         }
-    };
-    if delayed {
-        handled.fault("delay-ms")
-    } else {
-        handled
     }
 }
 
-fn idempotency_key(req: &Request<Incoming>) -> Result<String, Handled> {
-    match req.headers().get("idempotency-key") {
-        None => Err(Handled::error(
-            StatusCode::BAD_REQUEST,
-            "missing Idempotency-Key",
-        )),
-        Some(value) => match value.to_str() {
-            Ok("") => Err(Handled::error(
-                StatusCode::BAD_REQUEST,
-                "missing Idempotency-Key",
-            )),
-            Ok(key) => Ok(key.to_owned()),
-            Err(_) => Err(Handled::error(
-                StatusCode::BAD_REQUEST,
-                "Idempotency-Key must be visible ASCII",
-            )),
-        },
-    }
-}
-
-fn lookup_payment(state: &SimState, query: Option<&str>) -> Handled {
-    match query::param(query, "idempotency_key") {
-        Ok(Some(key)) if !key.is_empty() => match state.payment_by_key(&key) {
-            Some(payment) => Handled::payment(&payment),
-            None => not_found(),
-        },
-        Ok(_) => Handled::error(
-            StatusCode::BAD_REQUEST,
+/// The `idempotency_key` query parameter of a lookup.
+fn lookup_key(query: Option<&str>) -> Result<String, Handled> {
+    match crate::query::param(query, "idempotency_key") {
+        Ok(Some(key)) if !key.is_empty() => Ok(key),
+        Ok(_) => Err(Handled::bad_request(
             "missing idempotency_key query parameter",
-        ),
-        Err(message) => Handled::error(StatusCode::BAD_REQUEST, message),
+        )),
+        Err(message) => Err(Handled::bad_request(message)),
     }
 }
 
-async fn set_faults(state: &SimState, req: Request<Incoming>) -> Handled {
-    let faults = match read_json::<FaultSet>(req).await {
-        Ok(faults) => faults,
-        Err(handled) => return handled,
-    };
-    if let Err(message) = faults.validate() {
-        return Handled::error(StatusCode::BAD_REQUEST, message);
-    }
-    state.set_faults(faults);
-    tracing::info!(?faults, "faults replaced");
-    Handled::json(StatusCode::OK, &faults)
-}
-
-/// `/_sim/payments/{id}/settle` → `id`.
-fn settle_target(path: &str) -> Option<String> {
-    let id = path
-        .strip_prefix("/_sim/payments/")?
-        .strip_suffix("/settle")?;
-    (!id.is_empty() && !id.contains('/')).then(|| id.to_owned())
-}
-
-async fn settle(state: &SimState, payment_id: String, req: Request<Incoming>) -> Handled {
-    let settlement = match read_json::<SettleRequest>(req).await {
-        Ok(body) => match body.validate() {
-            Ok(settlement) => settlement,
-            Err(message) => return Handled::error(StatusCode::BAD_REQUEST, message),
-        },
-        Err(handled) => return handled,
-    };
-    match state.settle(&payment_id, settlement) {
-        Ok(payment) => Handled::payment(&payment),
-        Err(SettleError::NotFound) => not_found(),
-        Err(SettleError::NotPending) => {
-            Handled::error(StatusCode::CONFLICT, "payment is not pending")
-        }
+/// A lookup's answer: the record or 404.
+fn found(record: Option<impl Record>) -> Handled {
+    match record {
+        Some(record) => Handled::record(StatusCode::OK, &record),
+        None => not_found(),
     }
 }
 
@@ -308,29 +286,7 @@ async fn read_json<T: DeserializeOwned>(req: Request<Incoming>) -> Result<T, Han
                 "request body too large",
             ))
         }
-        Err(_) => {
-            return Err(Handled::error(
-                StatusCode::BAD_REQUEST,
-                "request body unreadable",
-            ))
-        }
+        Err(_) => return Err(Handled::bad_request("request body unreadable")),
     };
-    serde_json::from_slice(&bytes)
-        .map_err(|e| Handled::error(StatusCode::BAD_REQUEST, format!("malformed body: {e}")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settle_paths() {
-        assert_eq!(
-            settle_target("/_sim/payments/pay_1/settle").as_deref(),
-            Some("pay_1")
-        );
-        assert_eq!(settle_target("/_sim/payments//settle"), None);
-        assert_eq!(settle_target("/_sim/payments/a/b/settle"), None);
-        assert_eq!(settle_target("/_sim/payments/pay_1"), None);
-    }
+    serde_json::from_slice(&bytes).map_err(|e| Handled::bad_request(format!("malformed body: {e}")))
 }

@@ -1,8 +1,17 @@
-//! The provider's in-memory state and the rules that change it: payments by
-//! idempotency key, the ledger of charges, the per-key request counter and the armed
-//! faults. One mutex guards it all; it is never held across an `.await`. Lost at exit.
+//! The provider's in-memory state and the rules that change it: payments, refunds
+//! and generic resources by idempotency key (one submodule each), the ledger of what
+//! happened to money and resources, the per-key request counter and the armed faults.
+//! One mutex guards it all; it is never held across an `.await`. Lost at exit.
+//!
+//! Every create follows the same steps of the provider contract: error-before-commit,
+//! replay or conflict, (the kind's own checks), create (failed / pending / succeeded),
+//! then the after-commit faults. The shared pieces are here.
 
-use std::collections::{BTreeMap, HashMap};
+mod payments;
+mod refunds;
+mod resources;
+
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -10,8 +19,9 @@ use rand::Rng;
 use serde::Serialize;
 
 use crate::faults::{Fault, FaultSet};
-use crate::model::{Charge, NewPayment, Payment, PaymentStatus, Settlement};
-use crate::time::now_rfc3339;
+use crate::model::{Charge, LedgerRefund, LedgerResource, Settlement, Simulate, Status};
+
+pub use refunds::RefundRejection;
 
 /// Shared handle to the simulator's state; cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -21,26 +31,27 @@ pub struct SimState {
 
 #[derive(Debug, Default)]
 struct Inner {
-    payments_by_key: HashMap<String, Payment>,
-    keys_by_id: HashMap<String, String>,
-    charges: Vec<Charge>,
+    payments: payments::Payments,
+    refunds: refunds::Refunds,
+    resources: resources::Resources,
     requests_by_key: BTreeMap<String, u64>,
     traceparents_by_key: BTreeMap<String, Vec<String>>,
     faults: FaultSet,
 }
 
-/// What became of a `POST /v1/payments` once it reached the state.
+/// What became of a create request (`T`: payment, refund or resource) once it
+/// reached the state.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CreateOutcome {
+pub enum CreateOutcome<T> {
     /// The error-before-commit fault fired: nothing was recorded.
     InjectedErrorBeforeCommit,
-    /// The key was seen before with the same parameters: the stored payment.
-    Replayed(Payment),
+    /// The key was seen before with the same parameters: the stored record.
+    Replayed(T),
     /// The key was seen before with different parameters.
     KeyConflict,
-    /// A new payment was recorded (and charged if it succeeded).
+    /// A new record was stored (and entered in the ledger if it succeeded).
     Created {
-        payment: Payment,
+        record: T,
         /// Whether the pending fault made it pending.
         pending_injected: bool,
         /// `ErrorAfterCommit` or `DropAfterCommit` if one of them fired.
@@ -58,7 +69,16 @@ pub enum SettleError {
 #[derive(Debug, Clone, Serialize)]
 pub struct Ledger {
     pub charges: Vec<Charge>,
+    /// The number of charges (kept as it was before refunds existed).
     pub count: usize,
+    /// Refunds that returned money, in the order they did.
+    pub refunds: Vec<LedgerRefund>,
+    pub refund_count: usize,
+    /// Resources that succeeded, in the order they did.
+    pub resources: Vec<LedgerResource>,
+    pub resource_count: usize,
+    /// Create requests (payments, refunds and resources alike) received under each
+    /// key, whatever their fate.
     pub requests_by_key: BTreeMap<String, u64>,
     /// The W3C `traceparent` of each request under each key, in order (requests
     /// without one are not listed): shows that callers propagate their trace.
@@ -89,8 +109,8 @@ impl SimState {
         Duration::from_millis(self.lock().faults.delay_ms)
     }
 
-    /// Counts one `POST /v1/payments` received under `key`, whatever its fate, and
-    /// the trace context it carried.
+    /// Counts one create request (payment, refund or resource) received under `key`,
+    /// whatever its fate, and the trace context it carried.
     pub fn record_request(&self, key: &str, traceparent: Option<&str>) {
         let mut inner = self.lock();
         *inner.requests_by_key.entry(key.to_owned()).or_default() += 1;
@@ -103,174 +123,131 @@ impl SimState {
         }
     }
 
-    /// Steps b–e of the provider contract: error-before-commit, replay or conflict,
-    /// create (declined / pending / charged), then the after-commit faults.
-    pub fn create_payment(&self, key: &str, request: NewPayment) -> CreateOutcome {
-        let mut rng = rand::thread_rng();
-        let mut inner = self.lock();
-        if inner.faults.fire(Fault::ErrorBeforeCommit, &mut rng) {
-            return CreateOutcome::InjectedErrorBeforeCommit;
-        }
-        if let Some(existing) = inner.payments_by_key.get(key) {
-            return if request.same_parameters_as(existing) {
-                CreateOutcome::Replayed(existing.clone())
-            } else {
-                CreateOutcome::KeyConflict
-            };
-        }
-
-        let mut pending_injected = false;
-        let (status, failure_code) = if request.customer_id.starts_with("decline") {
-            (PaymentStatus::Failed, Some("card_declined".to_owned()))
-        } else if request.customer_id.starts_with("pending") {
-            (PaymentStatus::Pending, None)
-        } else if inner.faults.fire(Fault::Pending, &mut rng) {
-            pending_injected = true;
-            (PaymentStatus::Pending, None)
-        } else {
-            (PaymentStatus::Succeeded, None)
-        };
-        let now = now_rfc3339();
-        let payment = Payment {
-            id: new_payment_id(&mut rng),
-            status,
-            failure_code,
-            customer_id: request.customer_id,
-            invoice_id: request.invoice_id,
-            amount: request.amount,
-            currency: request.currency,
-            idempotency_key: key.to_owned(),
-            created_at: now.clone(),
-        };
-        if status == PaymentStatus::Succeeded {
-            inner.charges.push(Charge::of(&payment, now));
-        }
-        inner.keys_by_id.insert(payment.id.clone(), key.to_owned());
-        inner
-            .payments_by_key
-            .insert(key.to_owned(), payment.clone());
-
-        let after_commit = [Fault::ErrorAfterCommit, Fault::DropAfterCommit]
-            .into_iter()
-            .find(|&fault| inner.faults.fire(fault, &mut rng));
-        CreateOutcome::Created {
-            payment,
-            pending_injected,
-            after_commit,
-        }
-    }
-
-    pub fn payment_by_key(&self, key: &str) -> Option<Payment> {
-        self.lock().payments_by_key.get(key).cloned()
-    }
-
-    /// Ends a pending payment; a success is charged now.
-    pub fn settle(&self, payment_id: &str, settlement: Settlement) -> Result<Payment, SettleError> {
-        let mut inner = self.lock();
-        let inner = &mut *inner;
-        let key = inner
-            .keys_by_id
-            .get(payment_id)
-            .ok_or(SettleError::NotFound)?;
-        let payment = inner
-            .payments_by_key
-            .get_mut(key)
-            .ok_or(SettleError::NotFound)?;
-        if payment.status != PaymentStatus::Pending {
-            return Err(SettleError::NotPending);
-        }
-        match settlement {
-            Settlement::Succeeded => {
-                payment.status = PaymentStatus::Succeeded;
-                inner.charges.push(Charge::of(payment, now_rfc3339()));
-            }
-            Settlement::Failed { failure_code } => {
-                payment.status = PaymentStatus::Failed;
-                payment.failure_code = Some(failure_code);
-            }
-        }
-        Ok(payment.clone())
-    }
-
     pub fn ledger(&self) -> Ledger {
         let inner = self.lock();
         Ledger {
-            charges: inner.charges.clone(),
-            count: inner.charges.len(),
+            charges: inner.payments.charges.clone(),
+            count: inner.payments.charges.len(),
+            refunds: inner.refunds.ledger.clone(),
+            refund_count: inner.refunds.ledger.len(),
+            resources: inner.resources.ledger.clone(),
+            resource_count: inner.resources.ledger.len(),
             requests_by_key: inner.requests_by_key.clone(),
             traceparents_by_key: inner.traceparents_by_key.clone(),
         }
     }
 }
 
-/// `pay_` followed by 24 random hex digits.
-fn new_payment_id(rng: &mut impl Rng) -> String {
+/// How a new record starts: `simulate` first (so a simulated failure does not spend
+/// the pending fault), then the pending fault.
+struct Start {
+    status: Status,
+    failure_code: Option<String>,
+    pending_injected: bool,
+}
+
+// Here rather than in faults.rs: these decide what becomes of a record, which the
+// fault module knows nothing about.
+impl FaultSet {
+    /// `failure_code` is the code of a simulated failure.
+    fn start(
+        &mut self,
+        simulate: Option<Simulate>,
+        failure_code: &str,
+        rng: &mut impl Rng,
+    ) -> Start {
+        let (status, failure_code, pending_injected) = match simulate {
+            Some(Simulate::Failed) => (Status::Failed, Some(failure_code.to_owned()), false),
+            Some(Simulate::Pending) => (Status::Pending, None, false),
+            None if self.fire(Fault::Pending, rng) => (Status::Pending, None, true),
+            None => (Status::Succeeded, None, false),
+        };
+        Start {
+            status,
+            failure_code,
+            pending_injected,
+        }
+    }
+
+    /// The after-commit fault that fires for a record just stored, if any.
+    fn after_commit(&mut self, rng: &mut impl Rng) -> Option<Fault> {
+        [Fault::ErrorAfterCommit, Fault::DropAfterCommit]
+            .into_iter()
+            .find(|&fault| self.fire(fault, rng))
+    }
+}
+
+/// Ends a pending record; `Ok(true)` if it succeeded (and so enters the ledger).
+fn settle_status(
+    status: &mut Status,
+    failure_code: &mut Option<String>,
+    settlement: Settlement,
+) -> Result<bool, SettleError> {
+    if *status != Status::Pending {
+        return Err(SettleError::NotPending);
+    }
+    match settlement {
+        Settlement::Succeeded => {
+            *status = Status::Succeeded;
+            Ok(true)
+        }
+        Settlement::Failed { failure_code: code } => {
+            *status = Status::Failed;
+            *failure_code = Some(code);
+            Ok(false)
+        }
+    }
+}
+
+/// `prefix` and `_` followed by 24 random hex digits: `pay_…`, `re_…`, `res_…`.
+fn new_id(prefix: &str, rng: &mut impl Rng) -> String {
     let bytes: [u8; 12] = rng.gen();
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("pay_{hex}")
+    format!("{prefix}_{hex}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn request(customer: &str, amount: &str) -> NewPayment {
-        NewPayment {
-            customer_id: customer.into(),
-            invoice_id: "inv_1".into(),
-            amount: amount.into(),
-            currency: "USD".into(),
-        }
-    }
-
-    fn created(outcome: CreateOutcome) -> Payment {
-        match outcome {
-            CreateOutcome::Created { payment, .. } => payment,
-            other => panic!("expected a new payment, got {other:?}"),
+    #[test]
+    fn ids_have_the_documented_shape() {
+        for (prefix, len) in [("pay", 28), ("re", 27), ("res", 28)] {
+            let id = new_id(prefix, &mut rand::thread_rng());
+            assert_eq!(id.len(), len);
+            assert!(id.starts_with(&format!("{prefix}_")));
+            assert!(id[len - 24..].bytes().all(|b| b.is_ascii_hexdigit()));
         }
     }
 
     #[test]
-    fn payment_ids_have_the_documented_shape() {
-        let id = new_payment_id(&mut rand::thread_rng());
-        assert_eq!(id.len(), 28);
-        assert!(id.starts_with("pay_"));
-        assert!(id[4..].bytes().all(|b| b.is_ascii_hexdigit()));
+    fn simulate_wins_over_the_pending_fault_without_spending_it() {
+        let mut faults = FaultSet {
+            pending: Some(crate::ProbFault::new(1.0, Some(1)).unwrap()),
+            ..FaultSet::default()
+        };
+        let rng = &mut rand::thread_rng();
+        let failed = faults.start(Some(Simulate::Failed), "rejected", rng);
+        assert_eq!(failed.status, Status::Failed);
+        assert_eq!(failed.failure_code.as_deref(), Some("rejected"));
+        assert!(!failed.pending_injected);
+        let injected = faults.start(None, "rejected", rng);
+        assert_eq!(injected.status, Status::Pending);
+        assert!(injected.pending_injected);
+        assert_eq!(faults.start(None, "x", rng).status, Status::Succeeded);
     }
 
     #[test]
-    fn replay_conflict_and_charge() {
-        let state = SimState::default();
-        let first = created(state.create_payment("k", request("cus_1", "250.00")));
-        assert_eq!(first.status, PaymentStatus::Succeeded);
+    fn settling_only_ends_pending_records() {
+        let (mut status, mut code) = (Status::Pending, None);
+        let failed = Settlement::Failed {
+            failure_code: "x".into(),
+        };
+        assert_eq!(settle_status(&mut status, &mut code, failed), Ok(false));
+        assert_eq!((status, code.as_deref()), (Status::Failed, Some("x")));
         assert_eq!(
-            state.create_payment("k", request("cus_1", "250.00")),
-            CreateOutcome::Replayed(first.clone())
-        );
-        assert_eq!(
-            state.create_payment("k", request("cus_1", "250.01")),
-            CreateOutcome::KeyConflict
-        );
-        assert_eq!(state.ledger().count, 1);
-        assert_eq!(state.payment_by_key("k"), Some(first));
-    }
-
-    #[test]
-    fn pending_settles_once() {
-        let state = SimState::default();
-        let p = created(state.create_payment("k", request("pending_1", "5")));
-        assert_eq!(p.status, PaymentStatus::Pending);
-        assert_eq!(state.ledger().count, 0);
-        let settled = state.settle(&p.id, Settlement::Succeeded).unwrap();
-        assert_eq!(settled.status, PaymentStatus::Succeeded);
-        assert_eq!(state.ledger().count, 1);
-        assert_eq!(
-            state.settle(&p.id, Settlement::Succeeded),
+            settle_status(&mut status, &mut code, Settlement::Succeeded),
             Err(SettleError::NotPending)
-        );
-        assert_eq!(
-            state.settle("pay_nope", Settlement::Succeeded),
-            Err(SettleError::NotFound)
         );
     }
 }

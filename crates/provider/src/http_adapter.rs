@@ -1,23 +1,16 @@
-//! The HTTP adapter: pooled hyper connections to a provider that speaks DESIGN.md's
-//! provider contract. Connect and response timeouts are separate, because they mean
-//! different things: a connect failure proves the request never left; a response
-//! timeout proves nothing.
+//! The opgate HTTP adapter: pooled hyper connections to a provider that speaks opgate's
+//! provider contract (provider-sim, or a service built to it; see the README): payments
+//! at `/v1/payments`, refunds at `/v1/refunds`, each looked up by idempotency key.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::{Method, Request};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
-use opentelemetry::propagation::Injector;
-use tracing::Instrument;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
-
+use crate::http_client::{url_component, Exchange, HttpClient};
 use crate::outcome::{classify_response, LookupOutcome, ProviderOutcome};
-use crate::{PaymentInstruction, Provider};
+use crate::{BoxFuture, Instruction, Provider};
 
 #[derive(Debug, Clone)]
 pub struct HttpProviderConfig {
@@ -31,130 +24,82 @@ pub struct HttpProviderConfig {
 }
 
 pub struct HttpProvider {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: HttpClient,
     config: HttpProviderConfig,
-}
-
-enum Exchange {
-    Answered { status: u16, body: Bytes },
-    NotSent(String),
-    Uncertain(String),
 }
 
 impl HttpProvider {
     pub fn new(mut config: HttpProviderConfig) -> Self {
         config.base_url = config.base_url.trim_end_matches('/').to_owned();
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
+        let client = HttpClient::new(config.connect_timeout, config.response_timeout);
         Self { client, config }
-    }
-
-    /// One HTTP call inside a client span whose context travels in `traceparent`.
-    async fn exchange(&self, mut request: Request<Full<Bytes>>) -> Exchange {
-        let span = tracing::info_span!(
-            "provider request",
-            otel.name = %request.method(),
-            otel.kind = "client",
-            http.request.method = %request.method(),
-            server.address = request.uri().host().unwrap_or_default(),
-            server.port = request.uri().port_u16().unwrap_or(80),
-            url.path = request.uri().path(),
-            http.response.status_code = tracing::field::Empty,
-            error.type = tracing::field::Empty,
-        );
-        inject_trace_context(&span, request.headers_mut());
-        let exchange = self.exchange_in(request).instrument(span.clone()).await;
-        match &exchange {
-            Exchange::Answered { status, .. } => {
-                span.record("http.response.status_code", status);
-            }
-            Exchange::NotSent(_) => {
-                span.record("error.type", "connect");
-            }
-            Exchange::Uncertain(_) => {
-                span.record("error.type", "no_complete_answer");
-            }
-        }
-        exchange
-    }
-
-    async fn exchange_in(&self, request: Request<Full<Bytes>>) -> Exchange {
-        let call = async {
-            let response = match self.client.request(request).await {
-                Ok(response) => response,
-                Err(error) if error.is_connect() => {
-                    return Exchange::NotSent(format!("could not connect to the provider: {error}"))
-                }
-                Err(error) => {
-                    return Exchange::Uncertain(format!("request failed after connecting: {error}"))
-                }
-            };
-            let status = response.status().as_u16();
-            match response.into_body().collect().await {
-                Ok(body) => Exchange::Answered {
-                    status,
-                    body: body.to_bytes(),
-                },
-                Err(error) => Exchange::Uncertain(format!("response interrupted: {error}")),
-            }
-        };
-        match tokio::time::timeout(self.config.response_timeout, call).await {
-            Ok(exchange) => exchange,
-            Err(_) => Exchange::Uncertain(format!(
-                "no complete answer within {} ms",
-                self.config.response_timeout.as_millis()
-            )),
-        }
     }
 }
 
-impl Provider for HttpProvider {
-    async fn execute(&self, instruction: &PaymentInstruction) -> ProviderOutcome {
-        let body = serde_json::json!({
-            "customer_id": instruction.customer_id,
-            "invoice_id": instruction.invoice_id,
-            "amount": instruction.amount,
-            "currency": instruction.currency,
-            "metadata": {"operation_id": instruction.operation_id},
-        });
+/// Where a kind lives in the contract, and the body that asks for it.
+fn resource_of(instruction: &Instruction) -> Result<(&'static str, serde_json::Value), String> {
+    let metadata = serde_json::json!({"operation_id": instruction.operation_id});
+    match instruction.kind.as_str() {
+        "payment" => Ok((
+            "payments",
+            serde_json::json!({
+                "customer_id": instruction.field("customer_id"),
+                "invoice_id": instruction.field("invoice_id"),
+                "amount": instruction.amount,
+                "currency": instruction.currency,
+                "metadata": metadata,
+            }),
+        )),
+        "refund" => Ok((
+            "refunds",
+            serde_json::json!({
+                "payment_id": instruction.field("payment_provider_reference"),
+                "amount": instruction.amount,
+                "currency": instruction.currency,
+                "metadata": metadata,
+            }),
+        )),
+        other => Err(format!(
+            "the opgate HTTP provider does not carry out {other:?} operations"
+        )),
+    }
+}
+
+impl HttpProvider {
+    async fn execute_now(&self, instruction: &Instruction) -> ProviderOutcome {
+        let (resource, body) = match resource_of(instruction) {
+            Ok(found) => found,
+            Err(cause) => return ProviderOutcome::NotSent { cause },
+        };
         let request = Request::builder()
             .method(Method::POST)
-            .uri(format!("{}/v1/payments", self.config.base_url))
+            .uri(format!("{}/v1/{resource}", self.config.base_url))
             .header("content-type", "application/json")
             .header("idempotency-key", &instruction.provider_key)
             .body(Full::new(Bytes::from(body.to_string())))
             .expect("a valid request");
-        match self.exchange(request).await {
+        match self.client.exchange(request).await {
             Exchange::Answered { status, body } => classify_response(status, &body),
             Exchange::NotSent(cause) => ProviderOutcome::NotSent { cause },
             Exchange::Uncertain(cause) => ProviderOutcome::Uncertain { cause },
         }
     }
 
-    async fn lookup(&self, instruction: &PaymentInstruction) -> LookupOutcome {
-        let key: String = instruction
-            .provider_key
-            .bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
+    async fn lookup_now(&self, instruction: &Instruction) -> LookupOutcome {
+        let resource = match resource_of(instruction) {
+            Ok((resource, _)) => resource,
+            Err(cause) => return LookupOutcome::Unavailable { cause },
+        };
+        let key = url_component(&instruction.provider_key);
         let request = Request::builder()
             .method(Method::GET)
             .uri(format!(
-                "{}/v1/payments?idempotency_key={key}",
+                "{}/v1/{resource}?idempotency_key={key}",
                 self.config.base_url
             ))
             .body(Full::new(Bytes::new()))
             .expect("a valid request");
-        match self.exchange(request).await {
+        match self.client.exchange(request).await {
             Exchange::Answered { status: 404, .. } => LookupOutcome::NotFound,
             Exchange::Answered { status, body } => match classify_response(status, &body) {
                 ProviderOutcome::Uncertain { cause } => LookupOutcome::Unavailable { cause },
@@ -168,29 +113,18 @@ impl Provider for HttpProvider {
             }
         }
     }
+}
+
+impl Provider for HttpProvider {
+    fn execute<'a>(&'a self, instruction: &'a Instruction) -> BoxFuture<'a, ProviderOutcome> {
+        Box::pin(self.execute_now(instruction))
+    }
+
+    fn lookup<'a>(&'a self, instruction: &'a Instruction) -> BoxFuture<'a, LookupOutcome> {
+        Box::pin(self.lookup_now(instruction))
+    }
 
     fn keyed_retries_safe(&self) -> bool {
         self.config.keyed_retries_safe
     }
-}
-
-struct HeaderInjector<'a>(&'a mut hyper::HeaderMap);
-
-impl Injector for HeaderInjector<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(name), Ok(value)) = (
-            hyper::header::HeaderName::from_bytes(key.as_bytes()),
-            hyper::header::HeaderValue::from_str(&value),
-        ) {
-            self.0.insert(name, value);
-        }
-    }
-}
-
-/// Adds `traceparent` (and `tracestate`) for `span` to the provider request.
-fn inject_trace_context(span: &tracing::Span, headers: &mut hyper::HeaderMap) {
-    let context = span.context();
-    opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.inject_context(&context, &mut HeaderInjector(headers))
-    });
 }

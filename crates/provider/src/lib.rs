@@ -1,80 +1,33 @@
-//! Providers: the `Provider` trait the executor and reconciler call, the outcome
-//! types every call is classified into, and the HTTP adapter (hyper) that speaks the
-//! provider contract of DESIGN.md.
+//! Providers: the `Provider` trait the executor and reconciler call, the kind-neutral
+//! `Instruction` they pass, the outcome types every call is classified into, the
+//! registry that finds the provider an operation was bound to, and the adapters (one
+//! file each): today the opgate HTTP contract of provider-sim.
 
 mod http_adapter;
+mod http_client;
+mod instruction;
 mod outcome;
+mod registry;
 
-use std::future::Future;
-
+pub use futures_util::future::BoxFuture;
 pub use http_adapter::{HttpProvider, HttpProviderConfig};
+pub use instruction::{provider_key, Instruction};
 pub use outcome::{classify_response, LookupOutcome, ProviderOutcome};
-use uuid::Uuid;
+pub use registry::Providers;
 
-/// What the provider is asked to do for one operation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PaymentInstruction {
-    pub operation_id: Uuid,
-    /// The provider-facing idempotency key: the same on every attempt by every worker.
-    pub provider_key: String,
-    pub customer_id: String,
-    pub invoice_id: String,
-    /// Decimal text at the currency's minor-unit scale, e.g. "250.00".
-    pub amount: String,
-    pub currency: String,
-}
-
-impl PaymentInstruction {
-    /// Builds the instruction from an operation's stored payload (the normalised
-    /// business fields written at registration); `None` if a field is missing.
-    pub fn from_payload(operation_id: Uuid, payload: &serde_json::Value) -> Option<Self> {
-        let field = |name: &str| payload.get(name)?.as_str().map(str::to_owned);
-        Some(Self {
-            operation_id,
-            provider_key: provider_key(operation_id),
-            customer_id: field("customer_id")?,
-            invoice_id: field("invoice_id")?,
-            amount: field("amount")?,
-            currency: field("currency")?,
-        })
-    }
-}
-
-/// The provider-facing key of an operation. Derived from the operation id alone, so it
-/// is unique across agents (whose own keys are only unique per agent) and stable
-/// across retries, workers and restarts.
-pub fn provider_key(operation_id: Uuid) -> String {
-    format!("opgate-{operation_id}")
-}
-
+/// One provider adapter. Used as a trait object (`Arc<dyn Provider>` in `Providers`),
+/// so that a deployment's set of providers is chosen at start-up and an adapter is one
+/// file plus its registration; the boxed future costs one allocation per call.
 pub trait Provider: Send + Sync + 'static {
-    /// Asks the provider to carry out the payment under `instruction.provider_key`.
-    fn execute(
-        &self,
-        instruction: &PaymentInstruction,
-    ) -> impl Future<Output = ProviderOutcome> + Send;
+    /// Asks the provider to carry out the operation under `instruction.provider_key`.
+    fn execute<'a>(&'a self, instruction: &'a Instruction) -> BoxFuture<'a, ProviderOutcome>;
 
-    /// Asks the provider what became of the payment with this key.
-    fn lookup(
-        &self,
-        instruction: &PaymentInstruction,
-    ) -> impl Future<Output = LookupOutcome> + Send;
+    /// Asks the provider what became of the operation with this key (and, when one was
+    /// learnt, the provider's own reference).
+    fn lookup<'a>(&'a self, instruction: &'a Instruction) -> BoxFuture<'a, LookupOutcome>;
 
     /// Whether re-sending a request with the same key is safe (the provider
     /// deduplicates by key). Decides whether an uncertain outcome may be retried and
     /// whether abandoned work may be re-sent.
     fn keyed_retries_safe(&self) -> bool;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn provider_keys_are_stable_and_per_operation() {
-        let id = Uuid::new_v4();
-        assert_eq!(provider_key(id), provider_key(id));
-        assert_ne!(provider_key(id), provider_key(Uuid::new_v4()));
-        assert!(provider_key(id).len() <= 255);
-    }
 }

@@ -42,7 +42,7 @@ pub enum ProviderOutcome {
     },
 }
 
-/// What a lookup by key says about a payment.
+/// What a lookup by key says about an operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LookupOutcome {
     Found(ProviderOutcome),
@@ -61,6 +61,16 @@ struct PaymentBody {
 pub fn classify_response(status: u16, body: &[u8]) -> ProviderOutcome {
     match status {
         200..=299 => classify_payment(body),
+        _ => classify_status(status, body),
+    }
+}
+
+/// Classifies an answer that is not a 2xx, the same for every HTTP provider.
+pub fn classify_status(status: u16, body: &[u8]) -> ProviderOutcome {
+    match status {
+        200..=299 => ProviderOutcome::Uncertain {
+            cause: format!("provider answered {status} where no success was expected"),
+        },
         408 | 409 | 425 | 429 => ProviderOutcome::Uncertain {
             cause: format!("provider asked to retry (HTTP {status})"),
         },

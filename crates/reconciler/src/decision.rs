@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use opgate_domain::backoff::retry_delay;
-use opgate_domain::OperationStatus;
+use opgate_domain::{OperationStatus, Transition};
 use opgate_provider::{LookupOutcome, ProviderOutcome};
 
 #[derive(Debug, Clone)]
@@ -33,29 +33,20 @@ pub struct Policy {
     pub backoff_max: Duration,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
-    pub status: OperationStatus,
-    pub provider_reference: Option<String>,
-    pub last_error: Option<String>,
-    pub reason: String,
-    pub next_check_in: Option<Duration>,
-}
-
 /// `checks` counts this lookup; `age` is the time since the operation became UNKNOWN.
-pub fn decide(lookup: &LookupOutcome, checks: u32, age: Duration, policy: &Policy) -> Verdict {
+pub fn decide(lookup: &LookupOutcome, checks: u32, age: Duration, policy: &Policy) -> Transition {
     let inconclusive = |why: String, reference: Option<String>| {
         if checks >= policy.max_checks || age >= policy.max_age {
-            return Verdict {
-                status: OperationStatus::ManualReview,
+            return Transition {
+                to: OperationStatus::ManualReview,
                 provider_reference: reference,
                 last_error: Some(why.clone()),
                 reason: format!("no conclusion after {checks} checks ({why}); needs an operator"),
                 next_check_in: None,
             };
         }
-        Verdict {
-            status: OperationStatus::Unknown,
+        Transition {
+            to: OperationStatus::Unknown,
             provider_reference: reference,
             last_error: Some(why.clone()),
             reason: why,
@@ -67,22 +58,22 @@ pub fn decide(lookup: &LookupOutcome, checks: u32, age: Duration, policy: &Polic
         }
     };
     match lookup {
-        LookupOutcome::Found(ProviderOutcome::Succeeded { reference }) => Verdict {
-            status: OperationStatus::Succeeded,
+        LookupOutcome::Found(ProviderOutcome::Succeeded { reference }) => Transition {
+            to: OperationStatus::Succeeded,
             provider_reference: Some(reference.clone()),
             last_error: None,
-            reason: "provider lookup: payment succeeded".into(),
+            reason: "provider lookup: operation succeeded".into(),
             next_check_in: None,
         },
-        LookupOutcome::Found(ProviderOutcome::Declined { reference, code }) => Verdict {
-            status: OperationStatus::Failed,
+        LookupOutcome::Found(ProviderOutcome::Declined { reference, code }) => Transition {
+            to: OperationStatus::Failed,
             provider_reference: reference.clone(),
             last_error: Some(format!("declined by the provider: {code}")),
-            reason: "provider lookup: payment failed".into(),
+            reason: "provider lookup: operation failed".into(),
             next_check_in: None,
         },
         LookupOutcome::Found(ProviderOutcome::Pending { reference }) => inconclusive(
-            "provider reports the payment as pending".into(),
+            "provider reports the operation as pending".into(),
             reference.clone(),
         ),
         LookupOutcome::Found(other) => {
@@ -90,20 +81,20 @@ pub fn decide(lookup: &LookupOutcome, checks: u32, age: Duration, policy: &Polic
         }
         LookupOutcome::NotFound if age >= policy.not_found_grace => {
             let why = format!(
-                "provider has no record of the payment {} after its outcome became unknown",
+                "provider has no record of the operation {} after its outcome became unknown",
                 humantime::format_duration(Duration::from_secs(age.as_secs()))
             );
             if policy.not_found_authoritative {
-                Verdict {
-                    status: OperationStatus::Failed,
+                Transition {
+                    to: OperationStatus::Failed,
                     provider_reference: None,
                     last_error: Some(why),
-                    reason: "provider lookup (authoritative): no such payment".into(),
+                    reason: "provider lookup (authoritative): no such operation".into(),
                     next_check_in: None,
                 }
             } else {
-                Verdict {
-                    status: OperationStatus::ManualReview,
+                Transition {
+                    to: OperationStatus::ManualReview,
                     provider_reference: None,
                     last_error: Some(why.clone()),
                     reason: format!("{why}; needs an operator"),
@@ -112,7 +103,7 @@ pub fn decide(lookup: &LookupOutcome, checks: u32, age: Duration, policy: &Polic
             }
         }
         LookupOutcome::NotFound => {
-            inconclusive("provider has no record of the payment yet".into(), None)
+            inconclusive("provider has no record of the operation yet".into(), None)
         }
         LookupOutcome::Unavailable { cause } => {
             inconclusive(format!("provider lookup failed: {cause}"), None)
@@ -154,7 +145,7 @@ mod tests {
             &policy(),
         );
         assert_eq!(
-            (v.status, v.provider_reference.as_deref()),
+            (v.to, v.provider_reference.as_deref()),
             (Succeeded, Some("pay_1"))
         );
         assert_eq!(v.next_check_in, None);
@@ -171,7 +162,7 @@ mod tests {
             YOUNG,
             &policy(),
         );
-        assert_eq!(v.status, Failed);
+        assert_eq!(v.to, Failed);
         assert!(v.last_error.unwrap().contains("card_declined"));
     }
 
@@ -181,7 +172,7 @@ mod tests {
             reference: Some("pay_3".into()),
         });
         let first = decide(&pending, 1, YOUNG, &policy());
-        assert_eq!(first.status, Unknown);
+        assert_eq!(first.to, Unknown);
         assert_eq!(first.provider_reference.as_deref(), Some("pay_3"));
         let first_delay = first.next_check_in.unwrap();
         assert!(first_delay <= Duration::from_secs(1));
@@ -197,9 +188,9 @@ mod tests {
         let down = LookupOutcome::Unavailable {
             cause: "timeout".into(),
         };
-        assert_eq!(decide(&down, 4, YOUNG, &policy()).status, Unknown);
+        assert_eq!(decide(&down, 4, YOUNG, &policy()).to, Unknown);
         let last = decide(&down, 5, YOUNG, &policy());
-        assert_eq!(last.status, ManualReview);
+        assert_eq!(last.to, ManualReview);
         assert!(last.reason.contains("5 checks"), "{}", last.reason);
     }
 
@@ -208,17 +199,17 @@ mod tests {
         let mut p = policy();
         p.max_age = Duration::from_secs(100);
         let pending = found(ProviderOutcome::Pending { reference: None });
-        assert_eq!(decide(&pending, 1, OLD, &p).status, ManualReview);
+        assert_eq!(decide(&pending, 1, OLD, &p).to, ManualReview);
     }
 
     #[test]
     fn not_found_waits_out_the_grace_then_needs_an_operator() {
         assert_eq!(
-            decide(&LookupOutcome::NotFound, 1, YOUNG, &policy()).status,
+            decide(&LookupOutcome::NotFound, 1, YOUNG, &policy()).to,
             Unknown
         );
         let v = decide(&LookupOutcome::NotFound, 2, OLD, &policy());
-        assert_eq!(v.status, ManualReview);
+        assert_eq!(v.to, ManualReview);
         assert!(v.last_error.unwrap().contains("no record"));
     }
 
@@ -226,11 +217,8 @@ mod tests {
     fn an_authoritative_not_found_past_the_grace_is_a_failure() {
         let mut p = policy();
         p.not_found_authoritative = true;
-        assert_eq!(
-            decide(&LookupOutcome::NotFound, 1, YOUNG, &p).status,
-            Unknown
-        );
-        assert_eq!(decide(&LookupOutcome::NotFound, 2, OLD, &p).status, Failed);
+        assert_eq!(decide(&LookupOutcome::NotFound, 1, YOUNG, &p).to, Unknown);
+        assert_eq!(decide(&LookupOutcome::NotFound, 2, OLD, &p).to, Failed);
     }
 
     #[test]
@@ -254,7 +242,7 @@ mod tests {
             for (checks, age) in [(1, YOUNG), (9, YOUNG), (1, OLD)] {
                 let v = decide(lookup, checks, age, &policy());
                 assert!(
-                    OperationStatus::can_transition(Reconciling, v.status),
+                    OperationStatus::can_transition(Reconciling, v.to),
                     "{lookup:?} -> {v:?}"
                 );
             }

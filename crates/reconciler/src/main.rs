@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use opgate_provider::HttpProvider;
+use opgate_provider::{HttpProvider, Providers};
 use opgate_reconciler::{run, Config};
 use opgate_store::{PoolSettings, Store};
 use tokio::signal::unix::{signal, SignalKind};
@@ -23,7 +23,10 @@ async fn main() -> anyhow::Result<()> {
     if config.migrate {
         store.migrate().await.context("applying migrations")?;
     }
-    let provider = Arc::new(HttpProvider::new(config.provider()));
+    let providers = Arc::new(Providers::default().with(
+        opgate_domain::OPGATE_HTTP_PROVIDER,
+        Arc::new(HttpProvider::new(config.provider())),
+    ));
     let owner = format!(
         "reconciler:{}:{}",
         std::process::id(),
@@ -54,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
     // The one line on stdout: scripts and tests wait for it.
     println!("reconciler running as {owner}; metrics at http://{metrics_address}/metrics");
     tracing::info!(%owner, provider = %config.provider_url, "reconciler started");
-    run(config, store, provider, owner, shutdown).await;
+    run(config, store, providers, owner, shutdown).await;
     tracing::info!("reconciler stopped");
     telemetry.shutdown();
     Ok(())

@@ -8,17 +8,17 @@ use std::time::Duration;
 
 use chrono::Utc;
 use opgate_domain::OperationStatus;
-use opgate_provider::{LookupOutcome, PaymentInstruction, Provider};
-use opgate_store::{ClaimedReconciliation, Completion, FencedWrite, Store};
+use opgate_provider::{Instruction, LookupOutcome, Providers};
+use opgate_store::{ClaimedReconciliation, FencedTransition, FencedWrite, Store};
 use opgate_telemetry::{metrics, propagation};
 use tracing::Instrument;
 
 use crate::config::Config;
-use crate::decision::{decide, Policy, Verdict};
+use crate::decision::{decide, Policy};
 
-pub struct Sweeper<P> {
+pub struct Sweeper {
     pub store: Store,
-    pub provider: Arc<P>,
+    pub providers: Arc<Providers>,
     pub owner: String,
     pub policy: Policy,
     pub lease: Duration,
@@ -26,7 +26,7 @@ pub struct Sweeper<P> {
     pub concurrency: usize,
 }
 
-impl<P: Provider> Sweeper<P> {
+impl Sweeper {
     /// One sweep; returns how many operations it claimed.
     pub async fn run_once(&self) -> Result<usize, opgate_store::StoreError> {
         let claimed = self
@@ -57,9 +57,11 @@ impl<P: Provider> Sweeper<P> {
     /// is one trace.
     async fn reconcile_traced(&self, op: ClaimedReconciliation) -> Option<uuid::Uuid> {
         let span = tracing::info_span!(
-            "reconcile payment",
+            "reconcile operation",
             otel.kind = "internal",
             opgate.operation_id = %op.operation_id,
+            opgate.operation_type = %op.operation_type,
+            opgate.provider = %op.provider,
             opgate.agent_id = %op.agent_id,
             opgate.fencing_token = op.fencing_token,
             opgate.check = op.checks,
@@ -74,57 +76,45 @@ impl<P: Provider> Sweeper<P> {
     /// Returns the operation's id when it reached a terminal state.
     async fn reconcile(&self, op: ClaimedReconciliation) -> Option<uuid::Uuid> {
         let age = (Utc::now() - op.unknown_since).to_std().unwrap_or_default();
-        let verdict = match PaymentInstruction::from_payload(op.operation_id, &op.payload) {
-            Some(instruction) => {
-                let lookup = self.provider.lookup(&instruction).await;
-                let verdict = decide(&lookup, op.checks.max(1) as u32, age, &self.policy);
-                let outcome = outcome_label(&lookup, verdict.status);
-                metrics().reconciliation(outcome);
-                tracing::Span::current().record("opgate.reconciliation_outcome", outcome);
-                verdict
-            }
-            None => Verdict {
-                status: OperationStatus::ManualReview,
-                provider_reference: op.provider_reference.clone(),
-                last_error: Some("stored request could not be read".into()),
-                reason: "cannot look up an unreadable request; needs an operator".into(),
-                next_check_in: None,
-            },
-        };
-        let completion = Completion {
-            status: verdict.status,
-            provider_reference: verdict.provider_reference.as_deref(),
-            last_error: verdict.last_error.as_deref(),
-            reason: &verdict.reason,
-            next_check_in: verdict.next_check_in,
-        };
+        let money = op.amount.zip(op.currency.clone());
+        let instruction = Instruction::for_operation(
+            op.operation_id,
+            &op.operation_type,
+            &op.payload,
+            money.map(|(amount, currency)| (amount.to_string(), currency)),
+            op.provider_reference.as_deref(),
+        );
+        let lookup = self.providers.lookup(&op.provider, &instruction).await;
+        let verdict = decide(&lookup, op.checks.max(1) as u32, age, &self.policy);
+        let outcome = outcome_label(&lookup, verdict.to);
+        metrics().reconciliation(outcome);
+        tracing::Span::current().record("opgate.reconciliation_outcome", outcome);
         let written = self
             .store
             .transition_with_fence(
-                op.operation_id,
-                op.fencing_token,
-                OperationStatus::Reconciling,
                 &self.owner,
-                &completion,
+                FencedTransition {
+                    operation_id: op.operation_id,
+                    fencing_token: op.fencing_token,
+                    from: OperationStatus::Reconciling,
+                    transition: verdict.clone(),
+                },
             )
             .await;
         match written {
             Ok(FencedWrite::Applied) => {
                 let span = tracing::Span::current();
-                span.record(
-                    "opgate.transition",
-                    format!("RECONCILING->{}", verdict.status),
-                );
+                span.record("opgate.transition", format!("RECONCILING->{}", verdict.to));
                 if let Some(reference) = &verdict.provider_reference {
                     span.record("opgate.provider_reference", reference.as_str());
                 }
                 tracing::info!(
                     operation_id = %op.operation_id, agent_id = %op.agent_id, check = op.checks,
-                    status = %verdict.status,
+                    status = %verdict.to,
                     next_check_ms = verdict.next_check_in.map(|d| d.as_millis() as u64),
                     "reconciled"
                 );
-                return verdict.status.is_terminal().then_some(op.operation_id);
+                return verdict.to.is_terminal().then_some(op.operation_id);
             }
             Ok(FencedWrite::RejectedStale) => {
                 metrics().stale_write_rejected("reconciler");
@@ -144,16 +134,16 @@ impl<P: Provider> Sweeper<P> {
 
 /// Sweeps until `shutdown` resolves; a sweep in progress is finished first (each
 /// lookup is bounded by the provider timeouts, inside the lease).
-pub async fn run<P: Provider>(
+pub async fn run(
     config: Config,
     store: Store,
-    provider: Arc<P>,
+    providers: Arc<Providers>,
     owner: String,
     shutdown: impl Future<Output = ()>,
 ) {
     let sweeper = Sweeper {
         store,
-        provider,
+        providers,
         owner,
         policy: config.policy(),
         lease: config.lease,

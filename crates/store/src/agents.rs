@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use opgate_domain::{AgentPolicy, OperationType};
+use opgate_domain::{AgentPolicy, KindName};
 use rust_decimal::Decimal;
 use tokio_postgres::Row;
 
@@ -158,9 +158,7 @@ pub(crate) fn agent_from_row(row: &Row, alias: &str) -> Result<AgentRecord, Stor
     let allowed_operations = row
         .get::<_, Vec<String>>(column("allowed_operations").as_str())
         .iter()
-        .map(|name| {
-            OperationType::parse(name).ok_or_else(|| corrupt(format!("operation type {name:?}")))
-        })
+        .map(|name| KindName::parse(name).map_err(|_| corrupt(format!("operation kind {name:?}"))))
         .collect::<Result<Vec<_>, _>>()?;
     let limits: serde_json::Value = row.get(column("max_amounts").as_str());
     let max_amounts = limits

@@ -86,7 +86,7 @@ pub fn claim_and_complete(batch: u32) -> String {
             each("'SUCCEEDED'::text"),
             each("'pay_pgbench'::text"),
             each("NULL::text"),
-            each("'provider confirmed the payment'::text"),
+            each("'provider confirmed the operation'::text"),
             each("0::float8"),
             owner,
         ],
@@ -100,7 +100,7 @@ fn register_values(agent_id: &str, key: String) -> Vec<String> {
         sql_text(agent_id),
         key,
         "'payment'".into(),
-        "'cus_bench'".into(),
+        sql_text(opgate_domain::OPGATE_HTTP_PROVIDER),
         REQUEST_HASH.into(),
         PAYLOAD.into(),
         "NULL".into(),
@@ -109,6 +109,9 @@ fn register_values(agent_id: &str, key: String) -> Vec<String> {
             "'intake' || chr(58) || {}",
             sql_text(&format!("agent/{agent_id}"))
         ),
+        "10.00".into(),
+        "'USD'".into(),
+        "NULL".into(),
     ]
 }
 

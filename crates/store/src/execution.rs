@@ -1,11 +1,12 @@
 //! The executor's statements: claiming due outbox events under a fenced lease,
-//! heartbeats, and the fenced requeue and release writes (completion is in fenced.rs). Every write after
-//! the claim carries `fencing_token = $mine AND status = 'IN_PROGRESS'`; zero rows
+//! heartbeats, and the fenced requeue and release writes (completion is in fenced.rs).
+//! Every write after the claim carries `fencing_token = $mine AND status = 'IN_PROGRESS'`; zero rows
 //! affected means the lease was lost and nothing was applied.
 
 use std::time::Duration;
 
 use opgate_domain::OperationStatus;
+use rust_decimal::Decimal;
 use tokio_postgres::Row;
 
 use crate::fenced::FencedWrite;
@@ -19,6 +20,9 @@ use crate::pool::Store;
 pub struct ClaimedOperation {
     pub operation_id: Uuid,
     pub agent_id: String,
+    /// The kind, and the provider recorded for it at registration.
+    pub operation_type: String,
+    pub provider: String,
     pub fencing_token: i64,
     /// IN_PROGRESS means a previous worker's lease expired mid-execution.
     pub previous_status: OperationStatus,
@@ -26,6 +30,11 @@ pub struct ClaimedOperation {
     pub retry_count: i32,
     /// The normalised business fields, as registered.
     pub payload: serde_json::Value,
+    /// The money it moves, for kinds that do.
+    pub amount: Option<Decimal>,
+    pub currency: Option<String>,
+    /// Known when an earlier attempt learnt it (a pending answer, say).
+    pub provider_reference: Option<String>,
     pub trace_context: Option<String>,
 }
 
@@ -60,8 +69,9 @@ WITH due AS (
         updated_at = now()
     FROM events e
     WHERE op.operation_id = e.operation_id
-    RETURNING op.operation_id, op.agent_id, op.fencing_token, e.previous_status, op.attempts,
-              op.retry_count, op.request_payload, op.trace_context
+    RETURNING op.operation_id, op.agent_id, op.operation_type, op.provider, op.fencing_token,
+              e.previous_status, op.attempts, op.retry_count, op.request_payload, op.amount,
+              op.currency, op.provider_reference, op.trace_context
 ), audit AS (
     INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
     SELECT operation_id, agent_id, previous_status, 'IN_PROGRESS', $1,
@@ -228,11 +238,16 @@ fn claimed_from_row(row: &Row) -> Result<ClaimedOperation, StoreError> {
     Ok(ClaimedOperation {
         operation_id: row.get("operation_id"),
         agent_id: row.get("agent_id"),
+        operation_type: row.get("operation_type"),
+        provider: row.get("provider"),
         fencing_token: row.get("fencing_token"),
         previous_status: previous.parse()?,
         attempts: row.get("attempts"),
         retry_count: row.get("retry_count"),
         payload: row.get("request_payload"),
+        amount: row.get("amount"),
+        currency: row.get("currency"),
+        provider_reference: row.get("provider_reference"),
         trace_context: row.get("trace_context"),
     })
 }

@@ -3,9 +3,7 @@
 //! the removal of the outbox event) in one statement. Zero rows means the worker's
 //! lease has passed to another; the refusal itself is audited, nothing else written.
 
-use std::time::Duration;
-
-use opgate_domain::OperationStatus;
+use opgate_domain::{OperationStatus, Transition};
 use uuid::Uuid;
 
 use crate::error::StoreError;
@@ -31,28 +29,15 @@ impl FencedWrite {
     }
 }
 
-/// The state a worker moves its leased operation to.
-pub struct Completion<'a> {
-    pub status: OperationStatus,
-    pub provider_reference: Option<&'a str>,
-    pub last_error: Option<&'a str>,
-    pub reason: &'a str,
-    /// For UNKNOWN: when the reconciler should check (now when `None`).
-    pub next_check_in: Option<Duration>,
-}
-
-/// A fenced transition that can wait in a group-commit queue (owns its values).
+/// A transition of a leased operation, applied only while the worker's fencing token
+/// and the operation's state are still `fencing_token` and `from`. Owns its values, so
+/// it can wait in a group-commit queue.
 #[derive(Debug, Clone)]
-pub struct PendingTransition {
+pub struct FencedTransition {
     pub operation_id: Uuid,
     pub fencing_token: i64,
     pub from: OperationStatus,
-    pub status: OperationStatus,
-    pub provider_reference: Option<String>,
-    pub last_error: Option<String>,
-    pub reason: String,
-    /// For UNKNOWN: when the reconciler should check (now when `None`).
-    pub next_check_in: Option<Duration>,
+    pub transition: Transition,
 }
 
 /// Any number of fenced transitions in one statement: each row is updated only if its
@@ -94,28 +79,14 @@ SELECT operation_id, agent_id, status, $3, $4, $5, $2, 'rejected_stale'
 FROM operations WHERE operation_id = $1";
 
 impl Store {
-    /// Moves a leased operation from `from` to `completion.status`, only if this
-    /// worker's fencing token is still current.
+    /// One fenced transition (see `transition_batch_with_fence`).
     pub async fn transition_with_fence(
         &self,
-        operation_id: Uuid,
-        fencing_token: i64,
-        from: OperationStatus,
         actor: &str,
-        completion: &Completion<'_>,
+        transition: FencedTransition,
     ) -> Result<FencedWrite, StoreError> {
-        let transition = PendingTransition {
-            operation_id,
-            fencing_token,
-            from,
-            status: completion.status,
-            provider_reference: completion.provider_reference.map(str::to_owned),
-            last_error: completion.last_error.map(str::to_owned),
-            reason: completion.reason.to_owned(),
-            next_check_in: completion.next_check_in,
-        };
         let writes = self
-            .transition_batch_with_fence(actor, &[transition])
+            .transition_batch_with_fence(actor, std::slice::from_ref(&transition))
             .await?;
         Ok(writes[0])
     }
@@ -126,27 +97,33 @@ impl Store {
     pub async fn transition_batch_with_fence(
         &self,
         actor: &str,
-        batch: &[PendingTransition],
+        batch: &[FencedTransition],
     ) -> Result<Vec<FencedWrite>, StoreError> {
         for t in batch {
-            debug_assert!(OperationStatus::can_transition(t.from, t.status));
+            debug_assert!(OperationStatus::can_transition(t.from, t.transition.to));
         }
         // One lock order for every batch (see the deadlock rerun below).
-        let mut ordered: Vec<&PendingTransition> = batch.iter().collect();
+        let mut ordered: Vec<&FencedTransition> = batch.iter().collect();
         ordered.sort_by_key(|t| t.operation_id);
         let ids: Vec<Uuid> = ordered.iter().map(|t| t.operation_id).collect();
         let tokens: Vec<i64> = ordered.iter().map(|t| t.fencing_token).collect();
         let from: Vec<&str> = ordered.iter().map(|t| t.from.as_str()).collect();
-        let to: Vec<&str> = ordered.iter().map(|t| t.status.as_str()).collect();
+        let to: Vec<&str> = ordered.iter().map(|t| t.transition.to.as_str()).collect();
         let references: Vec<Option<&str>> = ordered
             .iter()
-            .map(|t| t.provider_reference.as_deref())
+            .map(|t| t.transition.provider_reference.as_deref())
             .collect();
-        let errors: Vec<Option<&str>> = ordered.iter().map(|t| t.last_error.as_deref()).collect();
-        let reasons: Vec<&str> = ordered.iter().map(|t| t.reason.as_str()).collect();
+        let errors: Vec<Option<&str>> = ordered
+            .iter()
+            .map(|t| t.transition.last_error.as_deref())
+            .collect();
+        let reasons: Vec<&str> = ordered
+            .iter()
+            .map(|t| t.transition.reason.as_str())
+            .collect();
         let next_checks: Vec<f64> = ordered
             .iter()
-            .map(|t| millis(t.next_check_in.unwrap_or_default()))
+            .map(|t| millis(t.transition.next_check_in.unwrap_or_default()))
             .collect();
         let client = self.client().await?;
         let statement = client.prepare_cached(TRANSITION).await?;
@@ -177,9 +154,9 @@ impl Store {
                 self.record_stale_write(
                     t.operation_id,
                     t.fencing_token,
-                    t.status.as_str(),
+                    t.transition.to.as_str(),
                     actor,
-                    &t.reason,
+                    &t.transition.reason,
                 )
                 .await?;
                 writes.push(FencedWrite::RejectedStale);

@@ -3,7 +3,8 @@
 //! commit together or not at all.
 
 use chrono::{DateTime, Utc};
-use opgate_domain::{IdempotencyKey, OperationStatus, PaymentRequest, RequestHash};
+use opgate_domain::{IdempotencyKey, OperationRequest, OperationStatus, RequestHash};
+use rust_decimal::Decimal;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -14,7 +15,10 @@ pub struct NewOperation<'a> {
     pub operation_id: Uuid,
     pub agent_id: &'a str,
     pub idempotency_key: &'a IdempotencyKey,
-    pub request: &'a PaymentRequest,
+    pub request: &'a OperationRequest,
+    /// The provider that will execute it (the kind's binding), recorded so that every
+    /// attempt and lookup goes to the same one.
+    pub provider: &'a str,
     /// W3C `traceparent` of the registering request, carried to the executor.
     pub trace_context: Option<&'a str>,
 }
@@ -24,16 +28,22 @@ pub struct OperationRecord {
     pub operation_id: Uuid,
     pub agent_id: String,
     pub operation_type: String,
+    pub provider: String,
     pub status: OperationStatus,
     pub provider_reference: Option<String>,
     pub attempts: i32,
     pub last_error: Option<String>,
     pub request_hash: RequestHash,
+    /// The money the operation moves, for kinds that move money.
+    pub amount: Option<Decimal>,
+    pub currency: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
+// One answer per request, moved once: boxing the record would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Registration {
     /// A new operation, with its outbox event and audit event.
     Created(OperationRecord),
@@ -46,8 +56,8 @@ pub enum Registration {
 /// The columns `operation_from_row` reads, for every statement that returns operations.
 macro_rules! operation_columns {
     () => {
-        "operation_id, agent_id, operation_type, status, provider_reference, attempts, \
-         last_error, request_hash, created_at, updated_at"
+        "operation_id, agent_id, operation_type, provider, status, provider_reference, \
+         attempts, last_error, request_hash, amount, currency, created_at, updated_at"
     };
 }
 pub(crate) use operation_columns;
@@ -58,8 +68,9 @@ pub(crate) use operation_columns;
 pub(crate) const REGISTER_OPERATION: &str = concat!(
     "WITH inserted AS (
         INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type,
-                                customer_id, request_hash, request_payload, trace_context)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                                provider, request_hash, request_payload, trace_context,
+                                amount, currency, parent_operation_id, customer_id)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $7::jsonb->>'customer_id')
         ON CONFLICT (agent_id, idempotency_key) DO NOTHING
         RETURNING ",
     operation_columns!(),
@@ -76,7 +87,7 @@ pub(crate) const REGISTER_OPERATION: &str = concat!(
     " FROM inserted"
 );
 
-const FIND_BY_IDEMPOTENCY_KEY: &str = concat!(
+pub(crate) const FIND_BY_IDEMPOTENCY_KEY: &str = concat!(
     "SELECT ",
     operation_columns!(),
     " FROM operations WHERE agent_id = $1 AND idempotency_key = $2"
@@ -104,8 +115,7 @@ impl Store {
     ) -> Result<Registration, StoreError> {
         let client = self.client().await?;
         let request_hash = new.request.request_hash();
-        let payload = serde_json::to_value(new.request.business_fields())
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let money = new.request.money();
         let actor = format!("intake:agent/{}", new.agent_id);
         let register = client.prepare_cached(REGISTER_OPERATION).await?;
         let inserted = client
@@ -115,12 +125,15 @@ impl Store {
                     &new.operation_id,
                     &new.agent_id,
                     &new.idempotency_key.as_str(),
-                    &"payment",
-                    &new.request.customer_id().as_str(),
+                    &new.request.kind().as_str(),
+                    &new.provider,
                     &request_hash.as_str(),
-                    &payload,
+                    new.request.fields(),
                     &new.trace_context,
                     &actor,
+                    &money.map(|m| m.amount()),
+                    &money.map(|m| m.currency().code()),
+                    &None::<Uuid>,
                 ],
             )
             .await?;
@@ -134,7 +147,7 @@ impl Store {
             .query_one(&find, &[&new.agent_id, &new.idempotency_key.as_str()])
             .await?;
         let existing = operation_from_row(&row)?;
-        if existing.request_hash == request_hash {
+        if existing.request_hash == *request_hash {
             Ok(Registration::Replayed(existing))
         } else {
             Ok(Registration::KeyReused)
@@ -180,11 +193,14 @@ pub(crate) fn operation_from_row(row: &Row) -> Result<OperationRecord, StoreErro
         operation_id: row.get("operation_id"),
         agent_id: row.get("agent_id"),
         operation_type: row.get("operation_type"),
+        provider: row.get("provider"),
         status,
         provider_reference: row.get("provider_reference"),
         attempts: row.get("attempts"),
         last_error: row.get("last_error"),
         request_hash: RequestHash::from_stored(request_hash),
+        amount: row.get("amount"),
+        currency: row.get("currency"),
         created_at: row.get("created_at"),
         updated_at: row.get("updated_at"),
     })

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use opgate_domain::OperationStatus;
+use rust_decimal::Decimal;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -18,6 +19,9 @@ use crate::pool::Store;
 pub struct ClaimedReconciliation {
     pub operation_id: Uuid,
     pub agent_id: String,
+    /// The kind, and the provider that executed it: the one asked.
+    pub operation_type: String,
+    pub provider: String,
     pub fencing_token: i64,
     /// RECONCILING means a previous reconciler's lease expired: a rescue.
     pub previous_status: OperationStatus,
@@ -25,6 +29,8 @@ pub struct ClaimedReconciliation {
     pub checks: i32,
     pub provider_reference: Option<String>,
     pub payload: serde_json::Value,
+    pub amount: Option<Decimal>,
+    pub currency: Option<String>,
     pub created_at: DateTime<Utc>,
     /// When it last became UNKNOWN from execution or review (`created_at` if never
     /// recorded): the reference for the not-found grace and the age limit.
@@ -58,8 +64,9 @@ WITH due_unknown AS (
         updated_at = now()
     FROM due
     WHERE op.operation_id = due.operation_id
-    RETURNING op.operation_id, op.agent_id, op.fencing_token, due.previous_status,
-              op.reconcile_checks, op.provider_reference, op.request_payload, op.created_at,
+    RETURNING op.operation_id, op.agent_id, op.operation_type, op.provider, op.fencing_token,
+              due.previous_status, op.reconcile_checks, op.provider_reference,
+              op.request_payload, op.amount, op.currency, op.created_at,
               COALESCE(op.unknown_since, op.created_at) AS unknown_since,
               op.trace_context
 ), audit AS (
@@ -97,11 +104,15 @@ fn claimed_from_row(row: &Row) -> Result<ClaimedReconciliation, StoreError> {
     Ok(ClaimedReconciliation {
         operation_id: row.get("operation_id"),
         agent_id: row.get("agent_id"),
+        operation_type: row.get("operation_type"),
+        provider: row.get("provider"),
         fencing_token: row.get("fencing_token"),
         previous_status: previous.parse()?,
         checks: row.get("reconcile_checks"),
         provider_reference: row.get("provider_reference"),
         payload: row.get("request_payload"),
+        amount: row.get("amount"),
+        currency: row.get("currency"),
         created_at: row.get("created_at"),
         unknown_since: row.get("unknown_since"),
         trace_context: row.get("trace_context"),

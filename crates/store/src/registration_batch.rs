@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use opgate_domain::RequestHash;
+use rust_decimal::Decimal;
 use uuid::Uuid;
 
 use crate::error::StoreError;
@@ -20,9 +21,12 @@ pub struct PendingRegistration {
     operation_id: Uuid,
     agent_id: String,
     idempotency_key: String,
-    customer_id: String,
+    operation_type: String,
+    provider: String,
     request_hash: RequestHash,
     payload: serde_json::Value,
+    amount: Option<Decimal>,
+    currency: Option<&'static str>,
     trace_context: Option<String>,
 }
 
@@ -32,10 +36,12 @@ impl PendingRegistration {
             operation_id: new.operation_id,
             agent_id: new.agent_id.to_owned(),
             idempotency_key: new.idempotency_key.as_str().to_owned(),
-            customer_id: new.request.customer_id().as_str().to_owned(),
-            request_hash: new.request.request_hash(),
-            payload: serde_json::to_value(new.request.business_fields())
-                .expect("a map of strings always serialises"),
+            operation_type: new.request.kind().as_str().to_owned(),
+            provider: new.provider.to_owned(),
+            request_hash: new.request.request_hash().clone(),
+            payload: new.request.fields().clone(),
+            amount: new.request.money().map(|m| m.amount()),
+            currency: new.request.money().map(|m| m.currency().code()),
             trace_context: new.trace_context.map(str::to_owned),
         }
     }
@@ -44,14 +50,16 @@ impl PendingRegistration {
 const REGISTER_BATCH: &str = concat!(
     "WITH input AS (
         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
-                             $6::jsonb[], $7::text[])
-            AS t(operation_id, agent_id, idempotency_key, customer_id, request_hash,
-                 request_payload, trace_context)
+                             $6::text[], $7::jsonb[], $8::text[], $9::numeric[], $10::text[])
+            AS t(operation_id, agent_id, idempotency_key, operation_type, provider,
+                 request_hash, request_payload, trace_context, amount, currency)
     ), inserted AS (
         INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type,
-                                customer_id, request_hash, request_payload, trace_context)
-        SELECT operation_id, agent_id, idempotency_key, 'payment', customer_id, request_hash,
-               request_payload, trace_context
+                                provider, request_hash, request_payload, trace_context,
+                                amount, currency, customer_id)
+        SELECT operation_id, agent_id, idempotency_key, operation_type, provider, request_hash,
+               request_payload, trace_context, amount, currency,
+               request_payload->>'customer_id'
         FROM input
         ON CONFLICT (agent_id, idempotency_key) DO NOTHING
         RETURNING ",
@@ -96,14 +104,26 @@ impl Store {
         let ids: Vec<Uuid> = ordered.iter().map(|r| r.operation_id).collect();
         let agents: Vec<&str> = ordered.iter().map(|r| r.agent_id.as_str()).collect();
         let keys: Vec<&str> = ordered.iter().map(|r| r.idempotency_key.as_str()).collect();
-        let customers: Vec<&str> = ordered.iter().map(|r| r.customer_id.as_str()).collect();
+        let kinds: Vec<&str> = ordered.iter().map(|r| r.operation_type.as_str()).collect();
+        let providers: Vec<&str> = ordered.iter().map(|r| r.provider.as_str()).collect();
         let hashes: Vec<&str> = ordered.iter().map(|r| r.request_hash.as_str()).collect();
         let payloads: Vec<&serde_json::Value> = ordered.iter().map(|r| &r.payload).collect();
         let traces: Vec<Option<&str>> =
             ordered.iter().map(|r| r.trace_context.as_deref()).collect();
+        let amounts: Vec<Option<Decimal>> = ordered.iter().map(|r| r.amount).collect();
+        let currencies: Vec<Option<&str>> = ordered.iter().map(|r| r.currency).collect();
         let register = client.prepare_cached(REGISTER_BATCH).await?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
-            &ids, &agents, &keys, &customers, &hashes, &payloads, &traces,
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+            &ids,
+            &agents,
+            &keys,
+            &kinds,
+            &providers,
+            &hashes,
+            &payloads,
+            &traces,
+            &amounts,
+            &currencies,
         ];
         // A deadlock victim's statement was rolled back whole, so running it again is
         // safe (a single-request registration from another intake can still interleave).

@@ -2,6 +2,7 @@
 //! Another agent's operation and a malformed id both answer 404, so ids leak nothing.
 
 use actix_web::{get, web, HttpRequest, HttpResponse};
+use opgate_store::OperationRecord;
 use uuid::Uuid;
 
 use crate::auth::authenticate;
@@ -37,16 +38,28 @@ pub async fn get_operation(
         .find_operation_for_agent(operation_id, &agent.agent_id)
         .await?
         .ok_or_else(Problem::not_found)?;
-    let waited = requested_wait(&request);
+    Ok(respond(&request, &state, &agent.agent_id, record, false).await)
+}
+
+/// The operation's answer, after waiting for a terminal state when the request asked
+/// for it with `Prefer: wait=N`.
+pub(crate) async fn respond(
+    request: &HttpRequest,
+    state: &AppState,
+    agent_id: &str,
+    record: OperationRecord,
+    replayed: bool,
+) -> HttpResponse {
+    let waited = requested_wait(request);
     let record = match waited {
         Some(secs) => {
             let wait = std::time::Duration::from_secs(secs);
             state
                 .settled
-                .wait_until_terminal(&state.store, &agent.agent_id, record, wait)
+                .wait_until_terminal(&state.store, agent_id, record, wait)
                 .await
         }
         None => record,
     };
-    Ok(operation_response(&record, false, waited))
+    operation_response(&record, replayed, waited)
 }

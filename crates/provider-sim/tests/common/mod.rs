@@ -35,6 +35,18 @@ pub async fn send(
     key: Option<&str>,
     body: Option<&Value>,
 ) -> Result<Reply, hyper::Error> {
+    let headers: Vec<(&str, &str)> = key.map(|k| ("idempotency-key", k)).into_iter().collect();
+    send_with(addr, method, path, &headers, body).await
+}
+
+/// `send` with any extra headers.
+pub async fn send_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> Result<Reply, hyper::Error> {
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(conn);
@@ -42,8 +54,8 @@ pub async fn send(
         .method(method)
         .uri(path)
         .header("host", addr.to_string());
-    if let Some(key) = key {
-        request = request.header("idempotency-key", key);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
     }
     let body = match body {
         Some(body) => {
@@ -87,6 +99,54 @@ pub async fn try_pay(
 
 pub async fn pay(addr: SocketAddr, key: &str, customer: &str, amount: &str) -> Reply {
     try_pay(addr, key, customer, amount)
+        .await
+        .expect("an HTTP response")
+}
+
+pub fn refund_body(payment_id: &str, amount: &str) -> Value {
+    json!({
+        "payment_id": payment_id,
+        "amount": amount,
+        "currency": "USD",
+        "metadata": {"operation_id": "00000000-0000-0000-0000-000000000002"}
+    })
+}
+
+pub async fn try_refund(
+    addr: SocketAddr,
+    key: &str,
+    payment_id: &str,
+    amount: &str,
+) -> Result<Reply, hyper::Error> {
+    let body = refund_body(payment_id, amount);
+    send(addr, "POST", "/v1/refunds", Some(key), Some(&body)).await
+}
+
+pub async fn refund(addr: SocketAddr, key: &str, payment_id: &str, amount: &str) -> Reply {
+    try_refund(addr, key, payment_id, amount)
+        .await
+        .expect("an HTTP response")
+}
+
+/// A succeeded payment of `amount` USD under `key`; its id.
+pub async fn paid(addr: SocketAddr, key: &str, amount: &str) -> String {
+    let reply = pay(addr, key, "cus_1", amount).await;
+    assert_eq!(reply.body["status"], "succeeded", "{:?}", reply.body);
+    reply.body["id"].as_str().unwrap().to_owned()
+}
+
+pub async fn try_create(
+    addr: SocketAddr,
+    collection: &str,
+    key: &str,
+    body: &Value,
+) -> Result<Reply, hyper::Error> {
+    let path = format!("/v1/resources/{collection}");
+    send(addr, "POST", &path, Some(key), Some(body)).await
+}
+
+pub async fn create(addr: SocketAddr, collection: &str, key: &str, body: &Value) -> Reply {
+    try_create(addr, collection, key, body)
         .await
         .expect("an HTTP response")
 }

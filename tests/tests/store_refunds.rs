@@ -1,0 +1,157 @@
+//! The store's refund registration on a real database, called as intake calls it:
+//! the reservation on the payment, and its release when a refund fails (by the
+//! database's trigger, whichever path fails it).
+
+use std::time::Duration;
+
+use opgate_domain::{
+    Currency, IdempotencyKey, OperationStatus, PaymentRequest, RefundRequest, Transition,
+    OPGATE_HTTP_PROVIDER,
+};
+use opgate_e2e::TestDb;
+use opgate_store::{
+    FencedTransition, FencedWrite, NewOperation, NewRefund, RefundRegistration, Registration,
+};
+use rust_decimal::Decimal;
+use uuid::Uuid;
+
+const AGENT: &str = "agent-refunds";
+
+async fn succeeded_payment(db: &TestDb, amount: &str) -> Uuid {
+    let request = PaymentRequest::parse("cus_1", "inv_1", amount, None)
+        .unwrap()
+        .to_operation_request();
+    let key = IdempotencyKey::parse("payment-1").unwrap();
+    let new = NewOperation {
+        operation_id: Uuid::new_v4(),
+        agent_id: AGENT,
+        idempotency_key: &key,
+        request: &request,
+        provider: OPGATE_HTTP_PROVIDER,
+        trace_context: None,
+    };
+    let Registration::Created(payment) = db.store.register_operation(&new).await.unwrap() else {
+        panic!("payment not created");
+    };
+    settle_claimed(db, OperationStatus::Succeeded).await;
+    payment.operation_id
+}
+
+/// Claims every due operation and moves each to `to` under its fencing token.
+async fn settle_claimed(db: &TestDb, to: OperationStatus) {
+    let claimed = db
+        .store
+        .claim_due_operations("executor-test", Duration::from_secs(30), 10)
+        .await
+        .unwrap();
+    assert!(!claimed.is_empty());
+    for op in claimed {
+        let write = db
+            .store
+            .transition_with_fence(
+                "executor-test",
+                FencedTransition {
+                    operation_id: op.operation_id,
+                    fencing_token: op.fencing_token,
+                    from: OperationStatus::InProgress,
+                    transition: Transition::to(to, "test")
+                        .with_reference(Some(format!("ref_{}", op.operation_id))),
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(write, FencedWrite::Applied);
+    }
+}
+
+async fn refund(db: &TestDb, payment: Uuid, amount: Option<&str>, key: &str) -> RefundRegistration {
+    let request = RefundRequest::parse(payment, amount, None, Currency::USD)
+        .unwrap()
+        .to_operation_request();
+    let key = IdempotencyKey::parse(key).unwrap();
+    db.store
+        .register_refund(&NewRefund {
+            operation_id: Uuid::new_v4(),
+            agent_id: AGENT,
+            idempotency_key: &key,
+            request: &request,
+            payment_operation_id: payment,
+            trace_context: None,
+        })
+        .await
+        .unwrap()
+}
+
+fn created(registration: RefundRegistration) -> opgate_store::OperationRecord {
+    match registration {
+        RefundRegistration::Registered(Registration::Created(record)) => record,
+        other => panic!("expected a new refund, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_failed_refund_gives_its_amount_back_to_the_payment() {
+    let db = TestDb::create().await;
+    db.create_agent(AGENT, &["--allow", "payment", "--allow", "refund"]);
+    let payment = succeeded_payment(&db, "80.00").await;
+
+    let full = created(refund(&db, payment, None, "refund-all").await);
+    assert_eq!(full.amount, Some("80.00".parse().unwrap()));
+    assert_eq!(
+        full.provider, OPGATE_HTTP_PROVIDER,
+        "the payment's provider"
+    );
+    assert_eq!(
+        refund(&db, payment, Some("0.01"), "one-cent").await,
+        RefundRegistration::ExceedsPayment {
+            refundable: Decimal::ZERO
+        }
+    );
+    // The provider refuses it: the refund FAILS and its 80.00 is refundable again.
+    settle_claimed(&db, OperationStatus::Failed).await;
+    let again = created(refund(&db, payment, Some("80"), "refund-again").await);
+    assert_eq!(again.amount, Some("80.00".parse().unwrap()));
+    // Replays answer the refund they name, whatever the payment has left now.
+    assert!(matches!(
+        refund(&db, payment, None, "refund-all").await,
+        RefundRegistration::Registered(Registration::Replayed(record)) if record.operation_id == full.operation_id
+    ));
+    assert_eq!(
+        refund(&db, payment, Some("1"), "refund-all").await,
+        RefundRegistration::Registered(Registration::KeyReused)
+    );
+}
+
+#[tokio::test]
+async fn a_payment_that_has_not_succeeded_cannot_be_refunded() {
+    let db = TestDb::create().await;
+    db.create_agent(AGENT, &["--allow", "payment", "--allow", "refund"]);
+    let request = PaymentRequest::parse("cus_1", "inv_1", "10", None)
+        .unwrap()
+        .to_operation_request();
+    let key = IdempotencyKey::parse("pending").unwrap();
+    let Registration::Created(pending) = db
+        .store
+        .register_operation(&NewOperation {
+            operation_id: Uuid::new_v4(),
+            agent_id: AGENT,
+            idempotency_key: &key,
+            request: &request,
+            provider: OPGATE_HTTP_PROVIDER,
+            trace_context: None,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("payment not created");
+    };
+    assert_eq!(
+        refund(&db, pending.operation_id, None, "r").await,
+        RefundRegistration::PaymentNotRefundable(OperationStatus::Pending)
+    );
+    assert_eq!(
+        refund(&db, Uuid::new_v4(), None, "r").await,
+        RefundRegistration::PaymentNotFound
+    );
+    assert_eq!(db.counts().await.operations, 1);
+}
