@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Context};
 use clap::Subcommand;
-use opgate_domain::{AgentId, AgentPolicy, ApiKey, BuiltinKind, Currency, KeyKind, Money};
+use opgate_catalog::Catalog;
+use opgate_domain::{
+    AgentId, AgentPolicy, ApiKey, BuiltinKind, Currency, KeyKind, KindName, Money,
+};
 use opgate_store::{NewAgent, Store};
 use rust_decimal::Decimal;
 
@@ -14,8 +17,9 @@ pub enum AgentsCommand {
     /// its hash is kept.
     Create {
         agent_id: String,
-        /// Operation kinds the agent may request (repeatable): payment, refund; `none`
-        /// for an agent that may only read its operations.
+        /// Operation kinds the agent may request (repeatable): payment, refund, or a
+        /// kind of the catalog (`--catalog`); `none` for an agent that may only read its
+        /// operations.
         #[arg(long = "allow", default_values_t = vec!["payment".to_string()])]
         allow: Vec<String>,
         /// Per-currency maximum amount, as CURRENCY:AMOUNT (repeatable), e.g.
@@ -29,13 +33,13 @@ pub enum AgentsCommand {
     Revoke { agent_id: String },
 }
 
-pub async fn run(store: &Store, command: AgentsCommand) -> anyhow::Result<()> {
+pub async fn run(store: &Store, catalog: &Catalog, command: AgentsCommand) -> anyhow::Result<()> {
     match command {
         AgentsCommand::Create {
             agent_id,
             allow,
             max_amount,
-        } => create(store, &agent_id, &allow, &max_amount).await,
+        } => create(store, catalog, &agent_id, &allow, &max_amount).await,
         AgentsCommand::List => list(store).await,
         AgentsCommand::Revoke { agent_id } => {
             if !store.revoke_agent(&agent_id).await? {
@@ -49,6 +53,7 @@ pub async fn run(store: &Store, command: AgentsCommand) -> anyhow::Result<()> {
 
 async fn create(
     store: &Store,
+    catalog: &Catalog,
     agent_id: &str,
     allow: &[String],
     max_amount: &[String],
@@ -58,18 +63,7 @@ async fn create(
         allowed_operations: allow
             .iter()
             .filter(|name| name.as_str() != "none")
-            .map(|name| {
-                BuiltinKind::parse(name)
-                    .map(BuiltinKind::name)
-                    .with_context(|| {
-                        let known: Vec<&str> =
-                            BuiltinKind::ALL.iter().map(|k| k.as_str()).collect();
-                        format!(
-                            "unknown operation kind {name:?} (known: {})",
-                            known.join(", ")
-                        )
-                    })
-            })
+            .map(|name| known_kind(catalog, name))
             .collect::<anyhow::Result<_>>()?,
         max_amounts: parse_limits(max_amount)?,
     };
@@ -104,6 +98,25 @@ fn parse_limits(specs: &[String]) -> anyhow::Result<BTreeMap<String, Decimal>> {
         }
     }
     Ok(limits)
+}
+
+/// A built-in kind, or one declared in the catalog.
+fn known_kind(catalog: &Catalog, name: &str) -> anyhow::Result<KindName> {
+    if let Some(kind) = BuiltinKind::parse(name) {
+        return Ok(kind.name());
+    }
+    if let Some(kind) = catalog.kind(name) {
+        return Ok(kind.name().clone());
+    }
+    let known: Vec<String> = BuiltinKind::ALL
+        .iter()
+        .map(|k| k.as_str().to_owned())
+        .chain(catalog.kinds().map(|k| k.name().to_string()))
+        .collect();
+    bail!(
+        "unknown operation kind {name:?} (known: {}; declared kinds need --catalog)",
+        known.join(", ")
+    )
 }
 
 async fn list(store: &Store) -> anyhow::Result<()> {

@@ -6,6 +6,7 @@ mod operators;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use opgate_catalog::Catalog;
 use opgate_store::{PoolSettings, Store};
 
 #[derive(Parser)]
@@ -19,6 +20,11 @@ struct Cli {
         global = true
     )]
     database_url: String,
+
+    /// The catalog of declared operation kinds (TOML), so that agents can be granted
+    /// them (`agents create A --allow order`).
+    #[arg(long, env = "OPGATE_CATALOG", global = true)]
+    catalog: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -119,7 +125,10 @@ async fn main() -> anyhow::Result<()> {
             let applied = store.migrate().await.context("applying migrations")?;
             eprintln!("migrations applied: {applied}");
         }
-        Command::Agents(command) => agents::run(&store, command).await?,
+        Command::Agents(command) => {
+            let catalog = Catalog::load_at_start(cli.catalog.as_deref());
+            agents::run(&store, &catalog, command).await?
+        }
         Command::Operations(command) => operations::run(&store, command).await?,
         Command::Operators(command) => operators::run(&store, command).await?,
         Command::BenchSql(_) => unreachable!("handled before connecting"),

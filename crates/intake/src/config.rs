@@ -60,6 +60,11 @@ pub struct Config {
     /// HTTP worker threads (default: one per core).
     #[arg(long, env = "INTAKE_WORKERS")]
     pub workers: Option<usize>,
+
+    /// The catalog of declared operation kinds (TOML; see examples/catalog.toml), served
+    /// beside the built-in payment and refund. A mistake in it stops intake at start.
+    #[arg(long, env = "OPGATE_CATALOG")]
+    pub catalog: Option<std::path::PathBuf>,
 }
 
 impl Config {

@@ -18,14 +18,16 @@ use std::sync::Arc;
 
 use actix_web::dev::Server;
 use actix_web::{get, web, App, HttpResponse, HttpServer};
+use opgate_catalog::Catalog;
 use opgate_store::Store;
 use opgate_telemetry::Telemetry;
-use utoipa::OpenApi;
 
 pub use config::Config;
 
 pub struct AppState {
     pub store: Store,
+    /// The declared kinds, beside the built-in ones.
+    pub catalog: Arc<Catalog>,
     /// Group commit for registrations; `None` registers each request on its own.
     batcher: Option<group_commit::RegistrationBatcher>,
     pub telemetry: Arc<Telemetry>,
@@ -41,8 +43,8 @@ async fn metrics_text(state: web::Data<AppState>) -> HttpResponse {
 }
 
 #[get("/openapi.json")]
-async fn openapi_json() -> HttpResponse {
-    HttpResponse::Ok().json(openapi::ApiDoc::openapi())
+async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(openapi::document(&state.catalog))
 }
 
 /// Builds the server on an already-bound listener; the caller awaits it. actix stops
@@ -51,6 +53,7 @@ async fn openapi_json() -> HttpResponse {
 pub fn serve(
     store: Store,
     telemetry: Arc<Telemetry>,
+    catalog: Arc<Catalog>,
     config: &Config,
     listener: TcpListener,
 ) -> std::io::Result<Server> {
@@ -62,6 +65,7 @@ pub fn serve(
         executor_waker: wakeups::ExecutorWaker::spawn(store.clone()),
         settled: wakeups::SettledOperations::spawn(database_url.to_owned()),
         store,
+        catalog,
         telemetry,
     });
     let mut server = HttpServer::new(move || {

@@ -3,6 +3,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
+use opgate_catalog::Catalog;
 use opgate_intake::{serve, Config};
 use opgate_store::Store;
 
@@ -11,6 +12,7 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     let telemetry = Arc::new(opgate_telemetry::init("intake", config.log_format)?);
 
+    let catalog = Arc::new(Catalog::load_at_start(config.catalog.as_deref()));
     let store = Store::connect(&config.database_url, &config.pool_settings())
         .context("configuring the database pool")?;
     if config.migrate {
@@ -23,7 +25,7 @@ async fn main() -> anyhow::Result<()> {
     // The one line on stdout: scripts and tests read the chosen address from it.
     println!("intake listening on http://{address}");
     tracing::info!(%address, "intake listening");
-    serve(store, telemetry.clone(), &config, listener)?.await?;
+    serve(store, telemetry.clone(), catalog, &config, listener)?.await?;
     tracing::info!("intake stopped");
     telemetry.shutdown();
     Ok(())

@@ -1,6 +1,8 @@
 //! The OpenAPI document, generated from the handlers' annotations and served at
-//! `/openapi.json`.
+//! `/openapi.json`, with a path of its own for each declared kind whose request body is
+//! the kind's schema from the catalog (the same schema that validates it).
 
+use opgate_catalog::Catalog;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -24,6 +26,29 @@ use crate::view::OperationView;
     modifiers(&AgentKeyScheme),
 )]
 pub struct ApiDoc;
+
+/// The generated document plus one `POST /agent/operations/<name>` per declared kind.
+pub fn document(catalog: &Catalog) -> serde_json::Value {
+    let mut document = serde_json::to_value(ApiDoc::openapi()).expect("OpenAPI serialises");
+    let generic = document["paths"]["/agent/operations/{kind}"]["post"].clone();
+    for kind in catalog.kinds() {
+        let mut post = generic.clone();
+        if let Some(post) = post.as_object_mut() {
+            post.insert("summary".into(), kind.description().into());
+            post.insert(
+                "operationId".into(),
+                format!("create_{}", kind.name()).into(),
+            );
+            if let Some(parameters) = post.get_mut("parameters").and_then(|p| p.as_array_mut()) {
+                parameters.retain(|p| p["name"] != "kind");
+            }
+        }
+        post["requestBody"]["content"]["application/json"]["schema"] = kind.schema().clone();
+        document["paths"][format!("/agent/operations/{}", kind.name())] =
+            serde_json::json!({ "post": post });
+    }
+    document
+}
 
 struct AgentKeyScheme;
 

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request};
 
-use crate::http_client::{url_component, Exchange, HttpClient};
+use crate::http_client::{url_component, HttpClient};
 use crate::outcome::{classify_response, LookupOutcome, ProviderOutcome};
 use crate::{BoxFuture, Instruction, Provider};
 
@@ -78,11 +78,10 @@ impl HttpProvider {
             .header("idempotency-key", &instruction.provider_key)
             .body(Full::new(Bytes::from(body.to_string())))
             .expect("a valid request");
-        match self.client.exchange(request).await {
-            Exchange::Answered { status, body } => classify_response(status, &body),
-            Exchange::NotSent(cause) => ProviderOutcome::NotSent { cause },
-            Exchange::Uncertain(cause) => ProviderOutcome::Uncertain { cause },
-        }
+        self.client
+            .exchange(request)
+            .await
+            .executed(classify_response)
     }
 
     async fn lookup_now(&self, instruction: &Instruction) -> LookupOutcome {
@@ -99,19 +98,10 @@ impl HttpProvider {
             ))
             .body(Full::new(Bytes::new()))
             .expect("a valid request");
-        match self.client.exchange(request).await {
-            Exchange::Answered { status: 404, .. } => LookupOutcome::NotFound,
-            Exchange::Answered { status, body } => match classify_response(status, &body) {
-                ProviderOutcome::Uncertain { cause } => LookupOutcome::Unavailable { cause },
-                ProviderOutcome::Rejected { status, detail } => LookupOutcome::Unavailable {
-                    cause: format!("lookup refused (HTTP {status}): {detail}"),
-                },
-                found => LookupOutcome::Found(found),
-            },
-            Exchange::NotSent(cause) | Exchange::Uncertain(cause) => {
-                LookupOutcome::Unavailable { cause }
-            }
-        }
+        self.client
+            .exchange(request)
+            .await
+            .looked_up(classify_response)
     }
 }
 

@@ -16,6 +16,8 @@ use opentelemetry::propagation::Injector;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::outcome::{LookupOutcome, ProviderOutcome};
+
 /// What one HTTP call came to.
 pub(crate) enum Exchange {
     Answered {
@@ -103,6 +105,41 @@ impl HttpClient {
                 "no complete answer within {} ms",
                 self.response_timeout.as_millis()
             )),
+        }
+    }
+}
+
+impl Exchange {
+    /// What an execute call came to, a complete answer read by `classify`.
+    pub(crate) fn executed(
+        self,
+        classify: impl FnOnce(u16, &[u8]) -> ProviderOutcome,
+    ) -> ProviderOutcome {
+        match self {
+            Exchange::Answered { status, body } => classify(status, &body),
+            Exchange::NotSent(cause) => ProviderOutcome::NotSent { cause },
+            Exchange::Uncertain(cause) => ProviderOutcome::Uncertain { cause },
+        }
+    }
+
+    /// What a lookup came to: 404 is "no such operation"; an answer that is no outcome
+    /// (a refusal, an error) and no answer at all leave the lookup unavailable.
+    pub(crate) fn looked_up(
+        self,
+        classify: impl FnOnce(u16, &[u8]) -> ProviderOutcome,
+    ) -> LookupOutcome {
+        match self {
+            Exchange::Answered { status: 404, .. } => LookupOutcome::NotFound,
+            Exchange::Answered { status, body } => match classify(status, &body) {
+                ProviderOutcome::Uncertain { cause } => LookupOutcome::Unavailable { cause },
+                ProviderOutcome::Rejected { status, detail } => LookupOutcome::Unavailable {
+                    cause: format!("lookup refused (HTTP {status}): {detail}"),
+                },
+                found => LookupOutcome::Found(found),
+            },
+            Exchange::NotSent(cause) | Exchange::Uncertain(cause) => {
+                LookupOutcome::Unavailable { cause }
+            }
         }
     }
 }

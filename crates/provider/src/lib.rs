@@ -1,14 +1,17 @@
 //! Providers: the `Provider` trait the executor and reconciler call, the kind-neutral
 //! `Instruction` they pass, the outcome types every call is classified into, the
 //! registry that finds the provider an operation was bound to, and the adapters (one
-//! file each): today the opgate HTTP contract of provider-sim.
+//! file each): the opgate HTTP contract of provider-sim, and the declared HTTP adapter
+//! that executes the catalog's kinds.
 
+mod declared_http;
 mod http_adapter;
 mod http_client;
 mod instruction;
 mod outcome;
 mod registry;
 
+pub use declared_http::DeclaredHttpProvider;
 pub use futures_util::future::BoxFuture;
 pub use http_adapter::{HttpProvider, HttpProviderConfig};
 pub use instruction::{provider_key, Instruction};

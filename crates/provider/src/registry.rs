@@ -6,7 +6,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::{Instruction, LookupOutcome, Provider, ProviderOutcome};
+use opgate_catalog::Catalog;
+use opgate_domain::OPGATE_HTTP_PROVIDER;
+
+use crate::declared_http::DeclaredHttpProvider;
+use crate::{
+    HttpProvider, HttpProviderConfig, Instruction, LookupOutcome, Provider, ProviderOutcome,
+};
 
 #[derive(Clone, Default)]
 pub struct Providers {
@@ -14,6 +20,34 @@ pub struct Providers {
 }
 
 impl Providers {
+    /// Every provider a service of this deployment can call: the opgate HTTP provider,
+    /// and each provider of the catalog (with the same timeouts; keyed retries only
+    /// where both the catalog and `opgate_http.keyed_retries_safe` allow them).
+    pub fn build(opgate_http: &HttpProviderConfig, catalog: &Arc<Catalog>) -> Result<Self, String> {
+        let mut providers = Self::default().with(
+            OPGATE_HTTP_PROVIDER,
+            Arc::new(HttpProvider::new(opgate_http.clone())),
+        );
+        for declared in catalog.providers() {
+            if providers.get(&declared.name).is_some() {
+                return Err(format!(
+                    "catalog provider {:?}: the name is taken by a built-in provider",
+                    declared.name
+                ));
+            }
+            let mut declared = declared.clone();
+            declared.keyed_retries_safe &= opgate_http.keyed_retries_safe;
+            let adapter = DeclaredHttpProvider::new(
+                catalog.clone(),
+                &declared,
+                opgate_http.connect_timeout,
+                opgate_http.response_timeout,
+            );
+            providers = providers.with(&declared.name, Arc::new(adapter));
+        }
+        Ok(providers)
+    }
+
     pub fn with(mut self, name: &str, provider: Arc<dyn Provider>) -> Self {
         self.by_name.insert(name.to_owned(), provider);
         self

@@ -99,6 +99,12 @@ pub struct Config {
     /// Apply pending database migrations before starting.
     #[arg(long)]
     pub migrate: bool,
+
+    /// The catalog of declared operation kinds (TOML; see examples/catalog.toml): its
+    /// providers are called for the kinds bound to them. A mistake in it stops the
+    /// service at start.
+    #[arg(long, env = "OPGATE_CATALOG")]
+    pub catalog: Option<std::path::PathBuf>,
 }
 
 impl Config {

@@ -2,7 +2,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use opgate_provider::{HttpProvider, Providers};
+use opgate_catalog::Catalog;
+use opgate_provider::Providers;
 use opgate_reconciler::{run, Config};
 use opgate_store::{PoolSettings, Store};
 use tokio::signal::unix::{signal, SignalKind};
@@ -23,10 +24,9 @@ async fn main() -> anyhow::Result<()> {
     if config.migrate {
         store.migrate().await.context("applying migrations")?;
     }
-    let providers = Arc::new(Providers::default().with(
-        opgate_domain::OPGATE_HTTP_PROVIDER,
-        Arc::new(HttpProvider::new(config.provider())),
-    ));
+    let catalog = Arc::new(Catalog::load_at_start(config.catalog.as_deref()));
+    let providers =
+        Arc::new(Providers::build(&config.provider(), &catalog).map_err(|e| anyhow::anyhow!(e))?);
     let owner = format!(
         "reconciler:{}:{}",
         std::process::id(),

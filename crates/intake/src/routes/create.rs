@@ -5,7 +5,8 @@
 //! written; the write itself is one transaction in the store.
 
 use actix_web::{post, web, HttpRequest, HttpResponse};
-use opgate_domain::{BuiltinKind, IdempotencyKey, OPGATE_HTTP_PROVIDER};
+use opgate_catalog::DeclaredKind;
+use opgate_domain::{BuiltinKind, IdempotencyKey, KindName, OPGATE_HTTP_PROVIDER};
 use opgate_store::{NewOperation, NewRefund, PendingRegistration, Registration};
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -29,12 +30,27 @@ pub enum OperationBody {
     Refund(refunds::RefundBody),
 }
 
+/// The kind a request names: built in, or declared in the catalog.
+enum Kind<'a> {
+    Builtin(BuiltinKind),
+    Declared(&'a DeclaredKind),
+}
+
+impl Kind<'_> {
+    fn name(&self) -> KindName {
+        match self {
+            Self::Builtin(kind) => kind.name(),
+            Self::Declared(kind) => kind.name().clone(),
+        }
+    }
+}
+
 /// A request validated by its kind, ready to register.
 enum Prepared {
     /// Registered by the shared statement (group-committed when enabled).
     Plain {
         request: opgate_domain::OperationRequest,
-        provider: &'static str,
+        provider: String,
     },
     /// Registered in its own transaction that reserves the amount on the payment.
     Refund(refunds::PreparedRefund),
@@ -51,7 +67,7 @@ impl Prepared {
 
 #[utoipa::path(
     params(
-        ("kind" = String, Path, description = "The operation kind: payment or refund"),
+        ("kind" = String, Path, description = "The operation kind: payment, refund, or a kind declared in the catalog (each listed under its own path)"),
         ("Idempotency-Key" = String, Header, description = "1..255 visible ASCII characters; the same key for every retry of one operation"),
         ("Prefer" = Option<String>, Header, description = "wait=N (N <= 30): wait up to N seconds for a terminal state; answered with Preference-Applied"),
     ),
@@ -83,7 +99,14 @@ pub async fn create_operation(
     let idempotency_key = idempotency_key(&request);
     let (agent, existing) =
         authenticate_with_existing(&request, &state.store, idempotency_key.as_ref().ok()).await?;
-    let kind = BuiltinKind::parse(&kind).ok_or_else(|| Problem::unknown_kind(&kind))?;
+    let kind = match BuiltinKind::parse(&kind) {
+        Some(builtin) => Kind::Builtin(builtin),
+        None => state
+            .catalog
+            .kind(&kind)
+            .map(Kind::Declared)
+            .ok_or_else(|| Problem::unknown_kind(&kind))?,
+    };
     agent
         .policy
         .permits_operation(&kind.name())
@@ -92,12 +115,27 @@ pub async fn create_operation(
     require_json_content_type(&request)?;
     let json = read_json(&request, payload).await?;
     let prepared = match kind {
-        BuiltinKind::Payment => Prepared::Plain {
+        Kind::Builtin(BuiltinKind::Payment) => Prepared::Plain {
             request: payments::parse(json, &agent.policy)?,
-            provider: OPGATE_HTTP_PROVIDER,
+            provider: OPGATE_HTTP_PROVIDER.to_owned(),
         },
-        BuiltinKind::Refund => {
+        Kind::Builtin(BuiltinKind::Refund) => {
             Prepared::Refund(refunds::prepare(json, &state.store, &agent.agent_id).await?)
+        }
+        Kind::Declared(declared) => {
+            let request = declared
+                .validate(&json)
+                .map_err(|e| Problem::invalid_body(e.to_string()))?;
+            if let Some(money) = request.money() {
+                agent
+                    .policy
+                    .permits_amount(money)
+                    .map_err(|denial| Problem::forbidden(denial.to_string()))?;
+            }
+            Prepared::Plain {
+                request,
+                provider: declared.provider().to_owned(),
+            }
         }
     };
 
