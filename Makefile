@@ -6,15 +6,19 @@ WITH_PG := scripts/with-postgres.sh
 # The test cluster is thrown away, so durability buys nothing there.
 TEST_PG_SETTINGS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 
-.PHONY: build test run lint fmt clean-pg bench bench-quick bench-telemetry
+.PHONY: build test python-tools run lint fmt clean-pg bench bench-quick bench-telemetry
 
 build:
 	$(CARGO) build --workspace --bins
 
 ## test: the whole suite against a throwaway PostgreSQL it starts and stops itself.
-test:
+test: python-tools
 	$(CARGO) build --workspace --bins --tests
 	PG_SETTINGS="$(TEST_PG_SETTINGS)" $(WITH_PG) scripts/run-tests.sh
+
+## python-tools: the pinned Python tools the tests run (localstripe), in target/pytools.
+python-tools:
+	scripts/python-tools.sh
 
 ## run: PostgreSQL, migrations, a demo agent, intake, and a short agent scenario.
 run: build

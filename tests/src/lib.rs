@@ -6,12 +6,16 @@ pub mod api;
 pub mod binaries;
 pub mod cluster;
 pub mod db;
+pub mod localstripe;
 pub mod otlp;
+pub mod recording_proxy;
 pub mod stack;
 pub mod wait;
 
 pub use binaries::{opgate, Executor, Intake, ProviderSim, Reconciler, Service};
 pub use cluster::PgCluster;
 pub use db::TestDb;
+pub use localstripe::LocalStripe;
+pub use recording_proxy::{Recorded, RecordingProxy};
 pub use stack::Stack;
 pub use wait::eventually;

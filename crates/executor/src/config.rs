@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use opgate_provider::HttpProviderConfig;
+use opgate_provider::{HttpProviderConfig, StripeConfig};
 
 fn duration(text: &str) -> Result<Duration, humantime::DurationError> {
     humantime::parse_duration(text)
@@ -109,6 +109,19 @@ pub struct Config {
     /// service at start.
     #[arg(long, env = "OPGATE_CATALOG")]
     pub catalog: Option<std::path::PathBuf>,
+
+    /// Stripe's API, for operations bound to the stripe provider.
+    #[arg(long, env = "STRIPE_API_URL", default_value = "https://api.stripe.com")]
+    pub stripe_url: String,
+
+    /// The environment variable that holds the Stripe secret key (the key itself is
+    /// never a flag, nor logged). Stripe is called only when that variable is set.
+    #[arg(
+        long,
+        env = "OPGATE_STRIPE_KEY_ENV",
+        default_value = "STRIPE_SECRET_KEY"
+    )]
+    pub stripe_key_env: String,
 }
 
 impl Config {
@@ -119,6 +132,17 @@ impl Config {
             response_timeout: self.response_timeout,
             keyed_retries_safe: self.keyed_retries,
         }
+    }
+
+    /// Stripe's settings, when its secret key is in the environment.
+    pub fn stripe(&self) -> Option<StripeConfig> {
+        let timeouts = (self.connect_timeout, self.response_timeout);
+        StripeConfig::from_env(
+            &self.stripe_key_env,
+            &self.stripe_url,
+            timeouts,
+            self.keyed_retries,
+        )
     }
 
     pub fn validate(&self) -> Result<(), String> {

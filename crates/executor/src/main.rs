@@ -25,8 +25,10 @@ async fn main() -> anyhow::Result<()> {
         store.migrate().await.context("applying migrations")?;
     }
     let catalog = Arc::new(Catalog::load_at_start(config.catalog.as_deref()));
-    let providers =
-        Arc::new(Providers::build(&config.provider(), &catalog).map_err(|e| anyhow::anyhow!(e))?);
+    let providers = Arc::new(
+        Providers::build(&config.provider(), config.stripe().as_ref(), &catalog)
+            .map_err(|e| anyhow::anyhow!(e))?,
+    );
     let owner = format!(
         "executor:{}:{}",
         std::process::id(),

@@ -10,6 +10,7 @@
 //! | definitive refusal after an uncertain attempt  | UNKNOWN (the earlier attempt may have done it) |
 //! | not sent, nothing sent before                  | requeue with backoff; FAILED past the attempts |
 //! | not sent after an uncertain attempt, uncertain | same key again while attempts last and the provider deduplicates; else UNKNOWN |
+//! | uncertain, and the provider advises no retry   | UNKNOWN at once                         |
 
 use std::time::Duration;
 
@@ -102,6 +103,15 @@ pub fn after_answer(outcome: ProviderOutcome, attempt: &Attempt) -> Step {
                 delay: retry_delay(attempt.retry_count, attempt.retry_base, attempt.retry_max),
                 error: cause,
             };
+        }
+        ProviderOutcome::UncertainFinal { cause } => {
+            return Step::Write(
+                Transition::to(
+                    Unknown,
+                    "outcome uncertain and the provider advises against a retry; the reconciler follows up",
+                )
+                .with_error(cause),
+            )
         }
         ProviderOutcome::NotSent { cause } | ProviderOutcome::Uncertain { cause } => cause,
     };
@@ -361,6 +371,17 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_uncertain_answer_the_provider_says_not_to_retry_goes_to_the_reconciler_at_once() {
+        let step = after_answer(
+            ProviderOutcome::UncertainFinal {
+                cause: "Stripe api_error".into(),
+            },
+            &attempt(),
+        );
+        assert_eq!(written(step).to, Unknown);
     }
 
     fn claim() -> Claim {

@@ -265,5 +265,6 @@ fn outcome_name(outcome: &ProviderOutcome) -> &'static str {
         ProviderOutcome::Rejected { .. } => "rejected",
         ProviderOutcome::NotSent { .. } => "not_sent",
         ProviderOutcome::Uncertain { .. } => "uncertain",
+        ProviderOutcome::UncertainFinal { .. } => "uncertain_final",
     }
 }

@@ -65,6 +65,12 @@ pub struct Config {
     /// beside the built-in payment and refund. A mistake in it stops intake at start.
     #[arg(long, env = "OPGATE_CATALOG")]
     pub catalog: Option<std::path::PathBuf>,
+
+    /// The provider new payments are bound to (their refunds follow them): opgate's HTTP
+    /// contract (provider-sim) or Stripe. Operations keep the provider they were
+    /// registered with.
+    #[arg(long, env = "OPGATE_PAYMENT_PROVIDER", default_value = "opgate-http", value_parser = ["opgate-http", "stripe"])]
+    pub payment_provider: String,
 }
 
 impl Config {

@@ -28,6 +28,8 @@ pub struct AppState {
     pub store: Store,
     /// The declared kinds, beside the built-in ones.
     pub catalog: Arc<Catalog>,
+    /// The provider new payments are bound to.
+    pub payment_provider: String,
     /// Group commit for registrations; `None` registers each request on its own.
     batcher: Option<group_commit::RegistrationBatcher>,
     pub telemetry: Arc<Telemetry>,
@@ -66,6 +68,7 @@ pub fn serve(
         settled: wakeups::SettledOperations::spawn(database_url.to_owned()),
         store,
         catalog,
+        payment_provider: config.payment_provider.clone(),
         telemetry,
     });
     let mut server = HttpServer::new(move || {

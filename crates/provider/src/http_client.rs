@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -22,6 +23,7 @@ use crate::outcome::{LookupOutcome, ProviderOutcome};
 pub(crate) enum Exchange {
     Answered {
         status: u16,
+        headers: hyper::HeaderMap,
         body: Bytes,
     },
     /// The connection was never made: the request did not leave.
@@ -31,7 +33,7 @@ pub(crate) enum Exchange {
 }
 
 pub(crate) struct HttpClient {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     response_timeout: Duration,
 }
 
@@ -41,6 +43,14 @@ impl HttpClient {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(connect_timeout));
         connector.set_nodelay(true);
+        connector.enforce_http(false);
+        // https for real providers (Stripe), plain http for local ones; a failed TLS
+        // handshake is a failed connect: the request never left.
+        let connector = HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector);
@@ -91,9 +101,11 @@ impl HttpClient {
                 }
             };
             let status = response.status().as_u16();
+            let headers = response.headers().clone();
             match response.into_body().collect().await {
                 Ok(body) => Exchange::Answered {
                     status,
+                    headers,
                     body: body.to_bytes(),
                 },
                 Err(error) => Exchange::Uncertain(format!("response interrupted: {error}")),
@@ -116,7 +128,7 @@ impl Exchange {
         classify: impl FnOnce(u16, &[u8]) -> ProviderOutcome,
     ) -> ProviderOutcome {
         match self {
-            Exchange::Answered { status, body } => classify(status, &body),
+            Exchange::Answered { status, body, .. } => classify(status, &body),
             Exchange::NotSent(cause) => ProviderOutcome::NotSent { cause },
             Exchange::Uncertain(cause) => ProviderOutcome::Uncertain { cause },
         }
@@ -128,18 +140,29 @@ impl Exchange {
         self,
         classify: impl FnOnce(u16, &[u8]) -> ProviderOutcome,
     ) -> LookupOutcome {
-        match self {
-            Exchange::Answered { status: 404, .. } => LookupOutcome::NotFound,
-            Exchange::Answered { status, body } => match classify(status, &body) {
-                ProviderOutcome::Uncertain { cause } => LookupOutcome::Unavailable { cause },
-                ProviderOutcome::Rejected { status, detail } => LookupOutcome::Unavailable {
-                    cause: format!("lookup refused (HTTP {status}): {detail}"),
-                },
-                found => LookupOutcome::Found(found),
+        self.looked_up_with(|exchange| match exchange {
+            Exchange::Answered { status, body, .. } => classify(status, &body),
+            Exchange::NotSent(cause) => ProviderOutcome::NotSent { cause },
+            Exchange::Uncertain(cause) => ProviderOutcome::Uncertain { cause },
+        })
+    }
+
+    /// `looked_up` for adapters that read the whole exchange (headers included).
+    pub(crate) fn looked_up_with(
+        self,
+        classify: impl FnOnce(Exchange) -> ProviderOutcome,
+    ) -> LookupOutcome {
+        if let Exchange::Answered { status: 404, .. } = self {
+            return LookupOutcome::NotFound;
+        }
+        match classify(self) {
+            ProviderOutcome::Uncertain { cause }
+            | ProviderOutcome::UncertainFinal { cause }
+            | ProviderOutcome::NotSent { cause } => LookupOutcome::Unavailable { cause },
+            ProviderOutcome::Rejected { status, detail } => LookupOutcome::Unavailable {
+                cause: format!("lookup refused (HTTP {status}): {detail}"),
             },
-            Exchange::NotSent(cause) | Exchange::Uncertain(cause) => {
-                LookupOutcome::Unavailable { cause }
-            }
+            found => LookupOutcome::Found(found),
         }
     }
 }

@@ -1,8 +1,8 @@
 //! Providers: the `Provider` trait the executor and reconciler call, the kind-neutral
 //! `Instruction` they pass, the outcome types every call is classified into, the
 //! registry that finds the provider an operation was bound to, and the adapters (one
-//! file each): the opgate HTTP contract of provider-sim, and the declared HTTP adapter
-//! that executes the catalog's kinds.
+//! file each): the opgate HTTP contract of provider-sim, Stripe, and the declared HTTP
+//! adapter that executes the catalog's kinds.
 
 mod declared_http;
 mod http_adapter;
@@ -10,6 +10,8 @@ mod http_client;
 mod instruction;
 mod outcome;
 mod registry;
+mod stripe;
+mod stripe_outcome;
 
 pub use declared_http::DeclaredHttpProvider;
 pub use futures_util::future::BoxFuture;
@@ -17,6 +19,7 @@ pub use http_adapter::{HttpProvider, HttpProviderConfig};
 pub use instruction::{provider_key, Instruction};
 pub use outcome::{classify_response, LookupOutcome, ProviderOutcome};
 pub use registry::Providers;
+pub use stripe::{StripeConfig, StripeProvider, STRIPE_PROVIDER};
 
 /// One provider adapter. Used as a trait object (`Arc<dyn Provider>` in `Providers`),
 /// so that a deployment's set of providers is chosen at start-up and an adapter is one

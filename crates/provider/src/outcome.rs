@@ -40,6 +40,11 @@ pub enum ProviderOutcome {
     Uncertain {
         cause: String,
     },
+    /// Sent, outcome unknown, and the provider says that sending it again would not
+    /// help (Stripe's `Stripe-Should-Retry: false`): the reconciler takes over at once.
+    UncertainFinal {
+        cause: String,
+    },
 }
 
 /// What a lookup by key says about an operation.

@@ -10,6 +10,7 @@ use opgate_catalog::Catalog;
 use opgate_domain::OPGATE_HTTP_PROVIDER;
 
 use crate::declared_http::DeclaredHttpProvider;
+use crate::stripe::{StripeConfig, StripeProvider, STRIPE_PROVIDER};
 use crate::{
     HttpProvider, HttpProviderConfig, Instruction, LookupOutcome, Provider, ProviderOutcome,
 };
@@ -21,13 +22,21 @@ pub struct Providers {
 
 impl Providers {
     /// Every provider a service of this deployment can call: the opgate HTTP provider,
-    /// and each provider of the catalog (with the same timeouts; keyed retries only
-    /// where both the catalog and `opgate_http.keyed_retries_safe` allow them).
-    pub fn build(opgate_http: &HttpProviderConfig, catalog: &Arc<Catalog>) -> Result<Self, String> {
+    /// Stripe when it is configured, and each provider of the catalog (with the same
+    /// timeouts; keyed retries only where both the catalog and
+    /// `opgate_http.keyed_retries_safe` allow them).
+    pub fn build(
+        opgate_http: &HttpProviderConfig,
+        stripe: Option<&StripeConfig>,
+        catalog: &Arc<Catalog>,
+    ) -> Result<Self, String> {
         let mut providers = Self::default().with(
             OPGATE_HTTP_PROVIDER,
             Arc::new(HttpProvider::new(opgate_http.clone())),
         );
+        if let Some(stripe) = stripe {
+            providers = providers.with(STRIPE_PROVIDER, Arc::new(StripeProvider::new(stripe)));
+        }
         for declared in catalog.providers() {
             if providers.get(&declared.name).is_some() {
                 return Err(format!(

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use opgate_provider::HttpProviderConfig;
+use opgate_provider::{HttpProviderConfig, StripeConfig};
 
 use crate::decision::Policy;
 
@@ -105,6 +105,19 @@ pub struct Config {
     /// service at start.
     #[arg(long, env = "OPGATE_CATALOG")]
     pub catalog: Option<std::path::PathBuf>,
+
+    /// Stripe's API, for operations bound to the stripe provider.
+    #[arg(long, env = "STRIPE_API_URL", default_value = "https://api.stripe.com")]
+    pub stripe_url: String,
+
+    /// The environment variable that holds the Stripe secret key (the key itself is
+    /// never a flag, nor logged). Stripe is called only when that variable is set.
+    #[arg(
+        long,
+        env = "OPGATE_STRIPE_KEY_ENV",
+        default_value = "STRIPE_SECRET_KEY"
+    )]
+    pub stripe_key_env: String,
 }
 
 impl Config {
@@ -126,6 +139,12 @@ impl Config {
             backoff_base: self.backoff_base,
             backoff_max: self.backoff_max,
         }
+    }
+
+    /// Stripe's settings, when its secret key is in the environment.
+    pub fn stripe(&self) -> Option<StripeConfig> {
+        let timeouts = (self.connect_timeout, self.response_timeout);
+        StripeConfig::from_env(&self.stripe_key_env, &self.stripe_url, timeouts, true)
     }
 
     pub fn validate(&self) -> Result<(), String> {

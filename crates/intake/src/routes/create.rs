@@ -6,7 +6,7 @@
 
 use actix_web::{post, web, HttpRequest, HttpResponse};
 use opgate_catalog::DeclaredKind;
-use opgate_domain::{BuiltinKind, IdempotencyKey, KindName, OPGATE_HTTP_PROVIDER};
+use opgate_domain::{BuiltinKind, IdempotencyKey, KindName};
 use opgate_store::{NewOperation, NewRefund, PendingRegistration, Registration};
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -117,7 +117,7 @@ pub async fn create_operation(
     let prepared = match kind {
         Kind::Builtin(BuiltinKind::Payment) => Prepared::Plain {
             request: payments::parse(json, &agent.policy)?,
-            provider: OPGATE_HTTP_PROVIDER.to_owned(),
+            provider: state.payment_provider.clone(),
         },
         Kind::Builtin(BuiltinKind::Refund) => {
             Prepared::Refund(refunds::prepare(json, &state.store, &agent.agent_id).await?)
