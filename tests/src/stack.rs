@@ -29,9 +29,22 @@ impl Stack {
 
     /// With extra environment variables for intake (OTEL_*, RUST_LOG, …).
     pub async fn start_with_env(db: TestDb, faults: &[&str], intake_env: &[(&str, &str)]) -> Self {
-        let key = db.create_agent("agent", &["--allow", "payment", "--allow", "refund"]);
+        let agent = ["--allow", "payment", "--allow", "refund"];
+        Self::start_custom(db, faults, &agent, &[], intake_env).await
+    }
+
+    /// With the agent's flags (`opgate agents create agent <agent_args>`: grants, a
+    /// `--catalog`) and intake's extra arguments and environment (a `--catalog`, say).
+    pub async fn start_custom(
+        db: TestDb,
+        faults: &[&str],
+        agent_args: &[&str],
+        intake_args: &[&str],
+        intake_env: &[(&str, &str)],
+    ) -> Self {
+        let key = db.create_agent("agent", agent_args);
         let sim = ProviderSim::start(faults).await;
-        let intake = Intake::start_with_env(&db.url, &[], intake_env).await;
+        let intake = Intake::start_with_env(&db.url, intake_args, intake_env).await;
         Self {
             db,
             key,

@@ -1,17 +1,21 @@
 //! The executor through crashes, stalls, database restarts and shutdowns: every
-//! operation still ends with exactly one charge.
+//! operation still ends done exactly once at the provider. Crashes, stalls and
+//! restarts are run for each kind (`Kind`): a payment, a refund and a declared order.
 
 use std::time::Duration;
 
-use opgate_e2e::{eventually, Executor, PgCluster, Stack, TestDb};
+use opgate_e2e::{eventually, Executor, Kind, PgCluster, Stack, TestDb};
+use serde_json::json;
 
 const SETTLE: Duration = Duration::from_secs(30);
 
-#[tokio::test]
-async fn kill_9_mid_call_lets_another_executor_finish_with_one_charge() {
-    let stack = Stack::start(&["delay-ms=1500"]).await;
-    let first = Executor::start(&stack.db.url, &stack.sim.base_url, &["--lease", "1s"]).await;
-    let id = stack.pay("cus_crash", "crash-1").await;
+/// An executor killed while the provider is still answering its call: once its lease
+/// has expired another executor takes the operation over, sends the same key again,
+/// and the provider does it once.
+async fn kill_9_mid_call_lets_another_executor_finish(kind: Kind) {
+    let stack = kind.start().await;
+    let first = stack.executor(&["--lease", "1s"]).await;
+    let id = stack.register("crash-1", json!({"delay_ms": 1500})).await;
     let owner = first.owner().to_owned();
     // Wait until the first executor holds the operation and its call is under way.
     eventually(SETTLE, "the first executor to claim", || async {
@@ -28,9 +32,10 @@ async fn kill_9_mid_call_lets_another_executor_finish_with_one_charge() {
     .await;
     first.service.kill9().await;
 
-    let _second = Executor::start(&stack.db.url, &stack.sim.base_url, &["--lease", "1s"]).await;
+    let _second = stack.executor(&["--lease", "1s"]).await;
     let op = stack.wait_for_status(id, "SUCCEEDED", SETTLE).await;
-    assert_eq!(stack.charges_for(id).await.len(), 1, "charged twice");
+    let effects = stack.effects_for(id).await;
+    assert_eq!(effects.len(), 1, "{} done twice: {effects:?}", kind.name());
     let takeover = stack.db.store.operation_events(id).await.unwrap();
     assert!(
         takeover
@@ -42,10 +47,27 @@ async fn kill_9_mid_call_lets_another_executor_finish_with_one_charge() {
 }
 
 #[tokio::test]
-async fn a_stalled_executors_late_write_is_rejected_by_the_fencing_token() {
-    let stack = Stack::start(&["delay-ms=600"]).await;
-    let stalled = Executor::start(&stack.db.url, &stack.sim.base_url, &["--lease", "1s"]).await;
-    let id = stack.pay("cus_stale", "stale-1").await;
+async fn kill_9_mid_call_lets_another_executor_finish_exactly_once_payment() {
+    kill_9_mid_call_lets_another_executor_finish(Kind::Payment).await;
+}
+
+#[tokio::test]
+async fn kill_9_mid_call_lets_another_executor_finish_exactly_once_refund() {
+    kill_9_mid_call_lets_another_executor_finish(Kind::Refund).await;
+}
+
+#[tokio::test]
+async fn kill_9_mid_call_lets_another_executor_finish_exactly_once_order() {
+    kill_9_mid_call_lets_another_executor_finish(Kind::Order).await;
+}
+
+/// An executor stopped (SIGSTOP) past its lease: another executor finishes the
+/// operation, and the stalled one's write, when it wakes up, is refused by its
+/// fencing token.
+async fn a_stalled_executors_late_write_is_rejected_by_the_fencing_token(kind: Kind) {
+    let stack = kind.start().await;
+    let stalled = stack.executor(&["--lease", "1s"]).await;
+    let id = stack.register("stale-1", json!({"delay_ms": 600})).await;
     let stalled_owner = stalled.owner().to_owned();
     let stalled_token = eventually(SETTLE, "the first executor to claim", || async {
         let events = stack.db.store.operation_events(id).await.ok()?;
@@ -57,7 +79,7 @@ async fn a_stalled_executors_late_write_is_rejected_by_the_fencing_token() {
     .await;
     stalled.service.signal("STOP");
 
-    let _fresh = Executor::start(&stack.db.url, &stack.sim.base_url, &["--lease", "1s"]).await;
+    let _fresh = stack.executor(&["--lease", "1s"]).await;
     let op = stack.wait_for_status(id, "SUCCEEDED", SETTLE).await;
     stalled.service.signal("CONT");
 
@@ -79,15 +101,32 @@ async fn a_stalled_executors_late_write_is_rejected_by_the_fencing_token() {
         after.provider_reference, op.provider_reference,
         "the stale worker changed the result"
     );
-    assert_eq!(stack.charges_for(id).await.len(), 1);
+    let effects = stack.effects_for(id).await;
+    assert_eq!(effects.len(), 1, "{} done twice: {effects:?}", kind.name());
 }
 
 #[tokio::test]
-async fn executors_ride_out_a_database_restart_without_losing_or_doubling() {
+async fn a_stalled_executors_late_write_is_rejected_by_the_fencing_token_payment() {
+    a_stalled_executors_late_write_is_rejected_by_the_fencing_token(Kind::Payment).await;
+}
+
+#[tokio::test]
+async fn a_stalled_executors_late_write_is_rejected_by_the_fencing_token_refund() {
+    a_stalled_executors_late_write_is_rejected_by_the_fencing_token(Kind::Refund).await;
+}
+
+#[tokio::test]
+async fn a_stalled_executors_late_write_is_rejected_by_the_fencing_token_order() {
+    a_stalled_executors_late_write_is_rejected_by_the_fencing_token(Kind::Order).await;
+}
+
+/// Two executors draining 300 operations while PostgreSQL is stopped and started
+/// again: every operation SUCCEEDED, done once at the provider, the outbox empty.
+async fn executors_ride_out_a_database_restart_without_losing_or_doubling(kind: Kind) {
     let cluster = PgCluster::start();
     let db = TestDb::create_on(&cluster.admin_url()).await;
-    let stack = Stack::start_on(db, &["delay-ms=100"]).await;
-    let ids = stack.pay_many(300, 32).await;
+    let stack = kind.start_on(db).await;
+    let ids = stack.register_many(300, 32, json!({"delay_ms": 100})).await;
     let args = [
         "--lease",
         "5s",
@@ -96,11 +135,10 @@ async fn executors_ride_out_a_database_restart_without_losing_or_doubling() {
         "--retry-base",
         "50ms",
     ];
-    let _a = Executor::start(&stack.db.url, &stack.sim.base_url, &args).await;
-    let _b = Executor::start(&stack.db.url, &stack.sim.base_url, &args).await;
+    let _a = stack.executor(&args).await;
+    let _b = stack.executor(&args).await;
     eventually(SETTLE, "draining to be under way", || async {
-        let n = stack.sim.ledger().await["count"].as_u64()?;
-        (n >= 20).then_some(())
+        (stack.effect_count().await >= 20).then_some(())
     })
     .await;
     cluster.stop_server();
@@ -108,15 +146,30 @@ async fn executors_ride_out_a_database_restart_without_losing_or_doubling() {
     cluster.start_server();
 
     stack
-        .wait_all_succeeded(ids.len() as i64, Duration::from_secs(90))
+        .wait_all_succeeded(&ids, Duration::from_secs(90))
         .await;
-    let ledger = stack.sim.ledger().await;
     assert_eq!(
-        ledger["count"].as_u64().unwrap(),
-        ids.len() as u64,
-        "charges != operations"
+        stack.effect_count().await,
+        ids.len(),
+        "{}s at the provider != operations",
+        kind.name()
     );
     assert_eq!(stack.db.counts().await.outbox, 0);
+}
+
+#[tokio::test]
+async fn executors_ride_out_a_database_restart_without_losing_or_doubling_payment() {
+    executors_ride_out_a_database_restart_without_losing_or_doubling(Kind::Payment).await;
+}
+
+#[tokio::test]
+async fn executors_ride_out_a_database_restart_without_losing_or_doubling_refund() {
+    executors_ride_out_a_database_restart_without_losing_or_doubling(Kind::Refund).await;
+}
+
+#[tokio::test]
+async fn executors_ride_out_a_database_restart_without_losing_or_doubling_order() {
+    executors_ride_out_a_database_restart_without_losing_or_doubling(Kind::Order).await;
 }
 
 #[tokio::test]

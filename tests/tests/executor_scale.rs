@@ -1,38 +1,35 @@
-//! Two executors drain 2,000 operations at once: every operation terminal, one charge
-//! per operation, no key charged twice, the outbox empty; with one claim loop in one
-//! executor and four in the other.
+//! Two executors drain many operations at once: every operation terminal, done once at
+//! the provider, no key done twice, the outbox empty; with one claim loop in one
+//! executor and four in the other. Run for each kind (`Kind`): 2,000 payments, and 300
+//! refunds and 300 declared orders.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use opgate_e2e::{Executor, Stack};
+use opgate_e2e::Kind;
+use serde_json::json;
 
-#[tokio::test]
-async fn two_executors_drain_two_thousand_operations_exactly_once() {
-    let stack = Stack::start(&[]).await;
-    let ids = stack.pay_many(2000, 64).await;
+async fn two_executors_drain_operations_exactly_once(kind: Kind, count: usize) {
+    let stack = kind.start().await;
+    let ids = stack.register_many(count, 64, json!({})).await;
     // One runs a single claim loop, the other the default four, which then race each
     // other as well as the other executor.
-    let a = Executor::start(
-        &stack.db.url,
-        &stack.sim.base_url,
-        &["--concurrency", "32", "--claimers", "1"],
-    )
-    .await;
-    let b = Executor::start(&stack.db.url, &stack.sim.base_url, &["--concurrency", "32"]).await;
+    let a = stack
+        .executor(&["--concurrency", "32", "--claimers", "1"])
+        .await;
+    let b = stack.executor(&["--concurrency", "32"]).await;
 
     stack
-        .wait_all_succeeded(ids.len() as i64, Duration::from_secs(120))
+        .wait_all_succeeded(&ids, Duration::from_secs(120))
         .await;
 
-    let ledger = stack.sim.ledger().await;
-    let charges = ledger["charges"].as_array().unwrap();
-    assert_eq!(charges.len(), ids.len());
-    let keys: HashSet<&str> = charges
+    let effects = kind.effects_in(&stack.sim.ledger().await);
+    assert_eq!(effects.len(), ids.len(), "{}s != operations", kind.name());
+    let keys: HashSet<&str> = effects
         .iter()
-        .map(|c| c["idempotency_key"].as_str().unwrap())
+        .map(|e| e["idempotency_key"].as_str().unwrap())
         .collect();
-    assert_eq!(keys.len(), ids.len(), "a key was charged twice");
+    assert_eq!(keys.len(), ids.len(), "a key was done twice");
     let expected: HashSet<String> = ids.iter().map(|id| format!("opgate-{id}")).collect();
     assert!(keys.iter().all(|k| expected.contains(*k)));
     assert_eq!(stack.db.counts().await.outbox, 0);
@@ -60,4 +57,19 @@ async fn two_executors_drain_two_thousand_operations_exactly_once() {
         owners.contains(a.owner()) && owners.contains(b.owner()),
         "{owners:?}"
     );
+}
+
+#[tokio::test]
+async fn two_executors_drain_two_thousand_operations_exactly_once_payment() {
+    two_executors_drain_operations_exactly_once(Kind::Payment, 2000).await;
+}
+
+#[tokio::test]
+async fn two_executors_drain_three_hundred_operations_exactly_once_refund() {
+    two_executors_drain_operations_exactly_once(Kind::Refund, 300).await;
+}
+
+#[tokio::test]
+async fn two_executors_drain_three_hundred_operations_exactly_once_order() {
+    two_executors_drain_operations_exactly_once(Kind::Order, 300).await;
 }

@@ -33,7 +33,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Apply pending database migrations (safe to run any number of times).
-    Migrate,
+    Migrate {
+        /// Stop after this migration version (all when absent).
+        #[arg(long)]
+        to: Option<u32>,
+    },
     /// Create, list and revoke agents' API keys.
     #[command(subcommand)]
     Agents(agents::AgentsCommand),
@@ -121,8 +125,8 @@ async fn main() -> anyhow::Result<()> {
     };
     let store = Store::connect(&cli.database_url, &settings).context("configuring the database")?;
     match cli.command {
-        Command::Migrate => {
-            let applied = store.migrate().await.context("applying migrations")?;
+        Command::Migrate { to } => {
+            let applied = store.migrate_to(to).await.context("applying migrations")?;
             eprintln!("migrations applied: {applied}");
         }
         Command::Agents(command) => {

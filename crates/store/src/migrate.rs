@@ -16,10 +16,20 @@ const RELEASE_LOCK: &str = "SELECT pg_advisory_unlock($1)";
 impl Store {
     /// Applies every pending migration; returns how many were applied.
     pub async fn migrate(&self) -> Result<usize, StoreError> {
+        self.migrate_to(None).await
+    }
+
+    /// Applies pending migrations up to and including version `target` (all when
+    /// `None`): an upgrade in steps, or a database as an older release left it.
+    pub async fn migrate_to(&self, target: Option<u32>) -> Result<usize, StoreError> {
         let mut client = self.client().await?;
         client.execute(TAKE_LOCK, &[&MIGRATION_LOCK_ID]).await?;
         let client_ref: &mut tokio_postgres::Client = &mut client;
-        let outcome = migrations::runner().run_async(client_ref).await;
+        let runner = match target {
+            Some(version) => migrations::runner().set_target(refinery::Target::Version(version)),
+            None => migrations::runner(),
+        };
+        let outcome = runner.run_async(client_ref).await;
         client.execute(RELEASE_LOCK, &[&MIGRATION_LOCK_ID]).await?;
         let report = outcome.map_err(|e| StoreError::Migration(e.to_string()))?;
         Ok(report.applied_migrations().len())

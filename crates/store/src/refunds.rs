@@ -98,7 +98,11 @@ async fn register_in(
     if status != OperationStatus::Succeeded {
         return Ok(RefundRegistration::PaymentNotRefundable(status));
     }
-    let paid: Decimal = payment.get("amount");
+    // Every payment carries its money (V5 copied it onto older rows).
+    let money_missing = || StoreError::Corrupt("a payment without amount or currency".into());
+    let paid: Decimal = payment
+        .get::<_, Option<Decimal>>("amount")
+        .ok_or_else(money_missing)?;
     let refunded: Decimal = payment.get("refunded_amount");
     let refundable = paid - refunded;
     let amount = match refund.request.money() {
@@ -108,7 +112,9 @@ async fn register_in(
     if amount <= Decimal::ZERO || amount > refundable {
         return Ok(RefundRegistration::ExceedsPayment { refundable });
     }
-    let currency: String = payment.get("currency");
+    let currency: String = payment
+        .get::<_, Option<String>>("currency")
+        .ok_or_else(money_missing)?;
     let provider: String = payment.get("provider");
     let payment_reference: Option<String> = payment.get("provider_reference");
     // What the executor sends: the request as made, plus the amount it resolved to and
