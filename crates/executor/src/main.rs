@@ -58,7 +58,8 @@ async fn main() -> anyhow::Result<()> {
     });
     // The one line on stdout: scripts and tests wait for it.
     println!("executor running as {owner}; metrics at http://{metrics_address}/metrics");
-    tracing::info!(%owner, provider = %config.provider_url, concurrency = config.concurrency, "executor started");
+    let provider_names: Vec<&str> = providers.names().collect();
+    tracing::info!(%owner, provider = %config.provider_url, providers = ?provider_names, concurrency = config.concurrency, "executor started");
     run(config, store, providers, owner, shutdown).await;
     tracing::info!("executor stopped");
     telemetry.shutdown();

@@ -58,7 +58,8 @@ async fn main() -> anyhow::Result<()> {
     });
     // The one line on stdout: scripts and tests wait for it.
     println!("reconciler running as {owner}; metrics at http://{metrics_address}/metrics");
-    tracing::info!(%owner, provider = %config.provider_url, "reconciler started");
+    let provider_names: Vec<&str> = providers.names().collect();
+    tracing::info!(%owner, provider = %config.provider_url, providers = ?provider_names, "reconciler started");
     run(config, store, providers, owner, shutdown).await;
     tracing::info!("reconciler stopped");
     telemetry.shutdown();

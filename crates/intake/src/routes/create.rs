@@ -6,7 +6,7 @@
 
 use actix_web::{post, web, HttpRequest, HttpResponse};
 use opgate_catalog::DeclaredKind;
-use opgate_domain::{BuiltinKind, IdempotencyKey, KindName};
+use opgate_domain::{BuiltinKind, IdempotencyKey};
 use opgate_store::{NewOperation, NewRefund, PendingRegistration, Registration};
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -37,10 +37,10 @@ enum Kind<'a> {
 }
 
 impl Kind<'_> {
-    fn name(&self) -> KindName {
+    fn name(&self) -> &str {
         match self {
-            Self::Builtin(kind) => kind.name(),
-            Self::Declared(kind) => kind.name().clone(),
+            Self::Builtin(kind) => kind.as_str(),
+            Self::Declared(kind) => kind.name().as_str(),
         }
     }
 }
@@ -109,7 +109,7 @@ pub async fn create_operation(
     };
     agent
         .policy
-        .permits_operation(&kind.name())
+        .permits_operation(kind.name())
         .map_err(|denial| Problem::forbidden(denial.to_string()))?;
     let idempotency_key = idempotency_key?;
     require_json_content_type(&request)?;
