@@ -140,7 +140,7 @@ async fn a_declared_order_whose_answer_was_lost_is_created_exactly_once() {
     let other = stack
         .order("order-7", serde_json::json!({"customer_id": "cus_7", "sku": "SKU-1", "quantity": 3, "total": "49.90"}))
         .await;
-    other.assert_problem(409);
+    other.assert_problem(422);
 }
 
 #[tokio::test]
@@ -198,6 +198,28 @@ async fn an_invalid_body_is_refused_naming_the_field_and_nothing_is_written() {
         reply.assert_problem(422);
         let detail = reply.body["detail"].as_str().unwrap();
         assert!(detail.contains(field), "{field} not named in {detail:?}");
+    }
+    for (i, raw) in [
+        r#"{"customer_id":"c","sku":"s","quantity":1,"quantity":9,"total":"1"}"#,
+        r#"[{"customer_id":"c","sku":"s","quantity":1,"total":"1"}]"#,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let reply = opgate_e2e::api::Reply::from(
+            stack
+                .client
+                .post(stack.intake.url("/agent/operations/order"))
+                .bearer_auth(&stack.key)
+                .header("Idempotency-Key", format!("raw-{i}"))
+                .header("content-type", "application/json")
+                .body(raw)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        reply.assert_problem(422);
     }
     let over_limit = stack
         .order(

@@ -158,7 +158,7 @@ async fn the_limit_itself_is_allowed() {
 }
 
 #[tokio::test]
-async fn a_key_reused_for_a_different_payment_is_a_conflict_that_writes_nothing() {
+async fn a_key_reused_for_a_different_payment_is_unprocessable_and_writes_nothing() {
     let f = fixture().await;
     let first = f
         .post(Some("order-7"), payment_body("cus_1", "inv_7", "70.00"))
@@ -168,7 +168,13 @@ async fn a_key_reused_for_a_different_payment_is_a_conflict_that_writes_nothing(
     let reuse = f
         .post(Some("order-7"), payment_body("cus_1", "inv_7", "71.00"))
         .await;
-    reuse.assert_problem(409);
+    // 422, as draft-ietf-httpapi-idempotency-key-header says: the key is fine, the
+    // request does not match it.
+    reuse.assert_problem(422);
+    assert_eq!(
+        reuse.body["type"],
+        "urn:opgate:problem:idempotency-key-reused"
+    );
     assert_eq!(f.db.counts().await, before);
 }
 

@@ -155,11 +155,11 @@ async fn payload_race(intake_args: &[&str]) {
     .await;
 
     let winners: Vec<_> = replies.iter().filter(|r| r.status == 202).collect();
-    let losers: Vec<_> = replies.iter().filter(|r| r.status == 409).collect();
+    let losers: Vec<_> = replies.iter().filter(|r| r.status == 422).collect();
     assert_eq!(
         winners.len() + losers.len(),
         200,
-        "only 202 and 409 are expected"
+        "only 202 and 422 (key reused) are expected"
     );
     assert_eq!(
         winners.len(),
@@ -169,7 +169,11 @@ async fn payload_race(intake_args: &[&str]) {
     let ids: HashSet<&str> = winners.iter().map(|r| r.operation_id()).collect();
     assert_eq!(ids.len(), 1);
     for loser in &losers {
-        loser.assert_problem(409);
+        loser.assert_problem(422);
+        assert_eq!(
+            loser.body["type"],
+            "urn:opgate:problem:idempotency-key-reused"
+        );
     }
     let counts = db.counts().await;
     assert_eq!(

@@ -346,7 +346,8 @@ async fn no_secret_reaches_a_log_line_or_a_span_at_any_log_level() {
     let amount = "987654.31";
     let forged_key = format!("opg_{}_{}", "d".repeat(16), "5ec2e7".repeat(10) + "abcd");
     let secret_body = json!({"customer_id": customer, "invoice_id": invoice, "amount": amount});
-    // Every path: success, replay, 409, 401 with a forged key, 400, 413, 415, 422, 403.
+    // Every path: success, replay, key reuse (422), 401 with a forged key, 400, 413,
+    // 415, 422, 403.
     let ok = post_payment(c, base, Some(key), Some("s-1"), &secret_body).await;
     assert_eq!(ok.status, 202);
     post_payment(c, base, Some(key), Some("s-1"), &secret_body).await;
@@ -355,7 +356,7 @@ async fn no_secret_reaches_a_log_line_or_a_span_at_any_log_level() {
         post_payment(c, base, Some(key), Some("s-1"), &other)
             .await
             .status,
-        409
+        422
     );
     assert_eq!(
         post_payment(c, base, Some(&forged_key), Some("s-2"), &secret_body)

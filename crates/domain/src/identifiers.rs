@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdentifierError {
     #[error("{field} must not be empty")]
@@ -77,10 +79,10 @@ impl BusinessId {
                 max: max_chars,
             });
         }
-        if trimmed.chars().any(char::is_control) {
+        if trimmed.chars().any(is_invisible) {
             return Err(IdentifierError::InvalidCharacter {
                 field,
-                allowed: "printable characters",
+                allowed: "printable characters (no control or invisible format characters)",
             });
         }
         Ok(Self(trimmed.to_owned()))
@@ -89,6 +91,16 @@ impl BusinessId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// Control characters (Unicode Cc: NUL, U+0085, …) and format characters (Cf: U+200B,
+/// the bidirectional overrides U+202E and U+2066–2069, U+FEFF, …): invisible, so an
+/// identifier holding one looks like another that does not, to people and to logs.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c.general_category(),
+        GeneralCategory::Control | GeneralCategory::Format
+    )
 }
 
 /// An agent's id, chosen by the operator: 1..=100 of `[A-Za-z0-9._-]`.
@@ -169,6 +181,20 @@ mod tests {
         assert!(BusinessId::parse("customer_id", &"é".repeat(100)).is_ok());
         assert!(BusinessId::parse("customer_id", &"é".repeat(101)).is_err());
         assert!(BusinessId::parse("customer_id", "a\u{7}b").is_err());
+        for invisible in [
+            "\u{200b}",
+            "a\u{202e}b",
+            "\u{2066}x\u{2069}",
+            "\u{feff}cus",
+            "c\u{85}d",
+            "nul\0",
+        ] {
+            assert!(
+                BusinessId::parse("customer_id", invisible).is_err(),
+                "{invisible:?} must be refused"
+            );
+        }
+        assert!(BusinessId::parse("customer_id", "Zoë Ünal 名前").is_ok());
     }
 
     #[test]

@@ -24,5 +24,5 @@ pub use operation_request::OperationRequest;
 pub use payment::{PaymentRequest, PaymentRequestError};
 pub use refund::{RefundRequest, RefundRequestError};
 pub use request_hash::RequestHash;
-pub use status::{OperationStatus, UnknownStatus};
+pub use status::{NextAction, OperationStatus, UnknownStatus};
 pub use transition::Transition;

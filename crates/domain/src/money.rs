@@ -16,6 +16,8 @@ pub enum MoneyError {
     NotANumber(String),
     #[error("amount must be greater than zero")]
     NotPositive,
+    #[error("amount has more than {0} significant digits")]
+    TooManyDigits(usize),
     #[error("amount has more decimals than {currency} allows ({minor_units})")]
     TooPrecise {
         currency: &'static str,
@@ -74,6 +76,8 @@ pub struct Money {
 }
 
 impl Money {
+    pub const MAX_SIGNIFICANT_DIGITS: usize = 28;
+
     /// Trailing zeros do not count as decimals: `250.100` USD is `250.10`.
     pub fn new(amount: Decimal, currency: Currency) -> Result<Self, MoneyError> {
         if amount <= Decimal::ZERO {
@@ -99,6 +103,13 @@ impl Money {
         let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
         if !all_digits(whole) || !all_digits(fraction) {
             return Err(MoneyError::NotANumber(amount.to_owned()));
+        }
+        // A decimal holds 28 significant digits; parsing more would round, and the
+        // amount charged would not be the amount sent.
+        let digits = format!("{whole}{}", fraction.trim_end_matches('0'));
+        let significant = digits.trim_start_matches('0').len();
+        if significant > Self::MAX_SIGNIFICANT_DIGITS {
+            return Err(MoneyError::TooManyDigits(Self::MAX_SIGNIFICANT_DIGITS));
         }
         let decimal =
             Decimal::from_str(text).map_err(|_| MoneyError::NotANumber(amount.to_owned()))?;
@@ -169,6 +180,21 @@ mod tests {
         let bhd = Currency::parse("BHD").unwrap();
         assert!(Money::parse("1.234", bhd).is_ok());
         assert!(Money::parse("1.2345", bhd).is_err());
+    }
+
+    #[test]
+    fn more_significant_digits_than_a_decimal_holds_are_refused_not_rounded() {
+        assert_eq!(
+            usd("1000.0000000000000000000000000001"),
+            Err(MoneyError::TooManyDigits(28))
+        );
+        assert_eq!(
+            usd("12345678901234567890123456789"),
+            Err(MoneyError::TooManyDigits(28))
+        );
+        assert!(usd("1234567890123456789012345.67").is_ok(), "28 digits fit");
+        assert!(usd("0000000000000000000000000000000001.00").is_ok());
+        assert!(usd("5.000000000000000000000000000000").is_ok());
     }
 
     #[test]

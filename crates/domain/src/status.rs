@@ -70,6 +70,20 @@ impl OperationStatus {
         }
     }
 
+    /// What the agent should do next, in machine-readable form (the operation body's
+    /// `next.action`).
+    pub fn next_action(self) -> NextAction {
+        match self {
+            Self::Succeeded => NextAction::Done,
+            Self::Failed => NextAction::NewKeyRequired,
+            Self::Pending
+            | Self::InProgress
+            | Self::Unknown
+            | Self::Reconciling
+            | Self::ManualReview => NextAction::Poll,
+        }
+    }
+
     /// Plain guidance for the agent that asked for the operation.
     pub fn agent_message(self) -> &'static str {
         match self {
@@ -79,6 +93,27 @@ impl OperationStatus {
             Self::Failed => "Operation failed. A new attempt needs a new Idempotency-Key.",
             Self::Unknown | Self::Reconciling => "Outcome is being reconciled with the provider. Do not submit a new request for it; check this operation again in about 10 seconds.",
             Self::ManualReview => "Outcome could not be determined automatically and awaits an operator. Do not submit a new request for it; check this operation again in about 5 minutes.",
+        }
+    }
+}
+
+/// The next step an agent takes for an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextAction {
+    /// Not settled: read it again after `check_again_after_secs`, never re-submit it.
+    Poll,
+    /// It succeeded; nothing more to do.
+    Done,
+    /// It failed for good: trying again is a new operation and needs a new key.
+    NewKeyRequired,
+}
+
+impl NextAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Poll => "poll",
+            Self::Done => "done",
+            Self::NewKeyRequired => "new_key_required",
         }
     }
 }
@@ -156,6 +191,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_state_has_a_next_step_that_agrees_with_its_wait() {
+        for status in OperationStatus::ALL {
+            let action = status.next_action();
+            assert_eq!(
+                action == NextAction::Poll,
+                status.check_again_after_secs().is_some(),
+                "{status}"
+            );
+        }
+        assert_eq!(Succeeded.next_action(), NextAction::Done);
+        assert_eq!(Failed.next_action(), NextAction::NewKeyRequired);
     }
 
     #[test]

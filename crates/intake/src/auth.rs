@@ -1,13 +1,15 @@
 //! Bearer-key authentication. The key id finds the agent (or operator) row; the key's
 //! SHA-256 is compared with the stored hash in constant time. Missing, unknown and
 //! revoked keys all get the same 401. A valid key of the wrong kind gets 403: agent
-//! keys cannot reach `/admin`, operator keys cannot act as agents.
+//! keys cannot reach `/admin`, operator keys cannot act as agents. A request that
+//! carries `Authorization` more than once is refused with 400 before any of its values
+//! is read: which one counts is what a proxy and intake could disagree on.
 
-use actix_web::http::header;
 use actix_web::HttpRequest;
 use opgate_domain::{AgentPolicy, ApiKey, IdempotencyKey, KeyKind};
 use opgate_store::{OperationRecord, Store};
 
+use crate::headers::single_header;
 use crate::problem::Problem;
 
 pub struct AuthenticatedAgent {
@@ -66,7 +68,7 @@ pub async fn authenticate_operator(
 }
 
 fn presented_key(request: &HttpRequest) -> Result<ApiKey, Problem> {
-    let presented = bearer_token(request).ok_or_else(Problem::unauthenticated)?;
+    let presented = bearer_token(request)?.ok_or_else(Problem::unauthenticated)?;
     ApiKey::parse(presented).map_err(|_| Problem::unauthenticated())
 }
 
@@ -104,15 +106,16 @@ async fn verified_operator(
         }))
 }
 
-fn bearer_token(request: &HttpRequest) -> Option<&str> {
-    let value = request
-        .headers()
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme
+/// The bearer token of the one `Authorization` header; `None` when there is none.
+fn bearer_token(request: &HttpRequest) -> Result<Option<&str>, Problem> {
+    let Some(value) = single_header(request, "Authorization")? else {
+        return Ok(None);
+    };
+    let Some((scheme, token)) = value.to_str().ok().and_then(|v| v.trim().split_once(' ')) else {
+        return Ok(None);
+    };
+    Ok(scheme
         .eq_ignore_ascii_case("bearer")
         .then(|| token.trim())
-        .filter(|token| !token.is_empty())
+        .filter(|token| !token.is_empty()))
 }

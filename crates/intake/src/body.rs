@@ -1,13 +1,20 @@
 //! Reading a JSON request body: content type first, then size (checked against
-//! `Content-Length` before reading, and again while reading), then syntax.
+//! `Content-Length` before reading, and again while reading), then syntax. Bodies must
+//! be JSON objects whose member names are each given once: a proxy that keeps the first
+//! of two `amount`s and a service that keeps the last would disagree on the request.
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest};
 use futures_util::StreamExt;
+use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 
 use crate::problem::Problem;
 
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub fn require_json_content_type(request: &HttpRequest) -> Result<(), Problem> {
     let content_type = request
@@ -23,11 +30,17 @@ pub fn require_json_content_type(request: &HttpRequest) -> Result<(), Problem> {
     }
 }
 
-/// Reads at most `MAX_BODY_BYTES` and parses it as JSON (any shape).
-pub async fn read_json(
+/// Reads at most `MAX_BODY_BYTES`, all of it within `--body-timeout` of the headers
+/// (else 408). Nothing is held meanwhile: authentication has already returned its
+/// database connection to the pool.
+pub async fn read_body(
     request: &HttpRequest,
     mut payload: web::Payload,
-) -> Result<serde_json::Value, Problem> {
+) -> Result<web::Bytes, Problem> {
+    let timeout = request
+        .app_data::<web::Data<crate::AppState>>()
+        .map(|state| state.body_timeout)
+        .unwrap_or(DEFAULT_BODY_TIMEOUT);
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -36,17 +49,133 @@ pub async fn read_json(
     if declared.is_some_and(|length| length > MAX_BODY_BYTES) {
         return Err(Problem::too_large(MAX_BODY_BYTES));
     }
-    let mut body = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk =
-            chunk.map_err(|e| Problem::malformed_json(format!("could not read body: {e}")))?;
-        if body.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(Problem::too_large(MAX_BODY_BYTES));
+    let read = async {
+        let mut body = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk =
+                chunk.map_err(|e| Problem::malformed_json(format!("could not read body: {e}")))?;
+            if body.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(Problem::too_large(MAX_BODY_BYTES));
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
+        Ok(body.freeze())
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .map_err(|_| Problem::request_timeout())?
+}
+
+/// The body as one kind's type: a JSON object, each member once (serde's derived
+/// structs refuse a repeated field), or the problem that refuses it.
+pub fn parse_object<T: DeserializeOwned>(body: &[u8]) -> Result<T, Problem> {
+    require_object(body)?;
+    serde_json::from_slice(body).map_err(json_problem)
+}
+
+/// The body as a JSON object value (declared kinds), each member name once at every
+/// depth.
+pub fn parse_object_value(body: &[u8]) -> Result<serde_json::Value, Problem> {
+    require_object(body)?;
+    serde_json::from_slice::<UniqueMembers>(body).map_err(json_problem)?;
+    serde_json::from_slice(body).map_err(json_problem)
+}
+
+/// A structurally valid body that is not an object (an array read by position, say)
+/// is refused, not read.
+fn require_object(body: &[u8]) -> Result<(), Problem> {
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        None => Err(Problem::malformed_json("the body is empty")),
+        Some(_) => match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+            Ok(_) => Err(Problem::invalid_body("the body must be a JSON object")),
+            Err(error) => Err(json_problem(error)),
+        },
     }
-    serde_json::from_slice(&body)
-        .map_err(|e| Problem::malformed_json(format!("body is not valid JSON: {e}")))
+}
+
+fn json_problem(error: serde_json::Error) -> Problem {
+    if error.is_data() {
+        Problem::invalid_body(error.to_string())
+    } else {
+        Problem::malformed_json(format!("body is not valid JSON: {error}"))
+    }
+}
+
+/// Walks a JSON document and fails on the first object that names a member twice.
+struct UniqueMembers;
+
+impl<'de> Deserialize<'de> for UniqueMembers {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueMembersVisitor)
+    }
+}
+
+struct UniqueMembersVisitor;
+
+impl<'de> Visitor<'de> for UniqueMembersVisitor {
+    type Value = UniqueMembers;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<UniqueMembers, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(name) = map.next_key::<String>()? {
+            if !seen.insert(name.clone()) {
+                return Err(serde::de::Error::custom(format!(
+                    "member {name:?} is given more than once"
+                )));
+            }
+            map.next_value::<UniqueMembers>()?;
+        }
+        Ok(UniqueMembers)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueMembers, A::Error> {
+        while seq.next_element::<UniqueMembers>()?.is_some() {}
+        Ok(UniqueMembers)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<UniqueMembers, E> {
+        Ok(UniqueMembers)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<UniqueMembers, E> {
+        Ok(UniqueMembers)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<UniqueMembers, E> {
+        Ok(UniqueMembers)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<UniqueMembers, E> {
+        Ok(UniqueMembers)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<UniqueMembers, E> {
+        Ok(UniqueMembers)
+    }
+
+    fn visit_unit<E>(self) -> Result<UniqueMembers, E> {
+        Ok(UniqueMembers)
+    }
+}
+
+/// A JSON amount exactly as sent: a string's content, or a number's own digits (never
+/// through a binary float: `9007199254740993.01` stays that).
+pub fn amount_text(raw: &RawValue) -> Result<String, Problem> {
+    let text = raw.get().trim();
+    if text.starts_with('"') {
+        return serde_json::from_str::<String>(text).map_err(json_problem);
+    }
+    if text.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+        return Ok(text.to_owned());
+    }
+    Err(Problem::invalid_body(
+        "amount must be a decimal string (\"250.00\") or a number",
+    ))
 }
 
 /// For routes that take `web::Json`: the same limit and the same problem answers as

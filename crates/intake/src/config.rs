@@ -71,6 +71,11 @@ pub struct Config {
     /// registered with.
     #[arg(long, env = "OPGATE_PAYMENT_PROVIDER", default_value = "opgate-http", value_parser = ["opgate-http", "stripe"])]
     pub payment_provider: String,
+
+    /// How long a request body may take to arrive after its headers; a slower client
+    /// is answered 408 and cut off. Nothing is held meanwhile (no database connection).
+    #[arg(long, env = "INTAKE_BODY_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub body_timeout: Duration,
 }
 
 impl Config {

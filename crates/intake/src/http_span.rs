@@ -72,22 +72,18 @@ fn outcome(method: &str, status: u16, replayed: bool) -> &'static str {
     }
 }
 
-/// Known routes by name, so that a label never carries what a client typed.
+/// Known route patterns (`crate::ROUTES`, the routes intake serves), so that a label
+/// never carries what a client typed.
 fn route_label(route: &str) -> &'static str {
-    match route {
-        "/agent/operations/payment" => "/agent/operations/payment",
-        "/agent/operations/{operation_id}" => "/agent/operations/{operation_id}",
-        "/admin/operations" => "/admin/operations",
-        "/admin/operations/{operation_id}" => "/admin/operations/{operation_id}",
-        "/admin/operations/{operation_id}/resolve" => "/admin/operations/{operation_id}/resolve",
-        "/openapi.json" => "/openapi.json",
-        _ => "other",
-    }
+    crate::ROUTES
+        .iter()
+        .find(|(_, pattern)| *pattern == route)
+        .map_or("other", |(_, pattern)| pattern)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::outcome;
+    use super::{outcome, route_label};
 
     #[test]
     fn outcomes_follow_status_and_replay() {
@@ -99,5 +95,16 @@ mod tests {
         assert_eq!(outcome("POST", 422, false), "rejected");
         assert_eq!(outcome("POST", 503, false), "unavailable");
         assert_eq!(outcome("POST", 500, false), "error");
+    }
+
+    #[test]
+    fn labels_are_route_patterns_never_paths() {
+        assert_eq!(
+            route_label("/agent/operations/{kind}"),
+            "/agent/operations/{kind}"
+        );
+        assert_eq!(route_label("/admin/operations"), "/admin/operations");
+        assert_eq!(route_label("unmatched"), "other");
+        assert_eq!(route_label("/agent/operations/payment"), "other");
     }
 }

@@ -5,7 +5,9 @@ pub mod config;
 
 mod auth;
 mod body;
+mod fallback;
 mod group_commit;
+mod headers;
 mod http_span;
 mod openapi;
 mod problem;
@@ -30,6 +32,8 @@ pub struct AppState {
     pub catalog: Arc<Catalog>,
     /// The provider new payments are bound to.
     pub payment_provider: String,
+    /// How long a request body may take to arrive (408 after).
+    pub body_timeout: std::time::Duration,
     /// Group commit for registrations; `None` registers each request on its own.
     batcher: Option<group_commit::RegistrationBatcher>,
     pub telemetry: Arc<Telemetry>,
@@ -47,6 +51,50 @@ async fn metrics_text(state: web::Data<AppState>) -> HttpResponse {
 #[get("/openapi.json")]
 async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(openapi::document(&state.catalog))
+}
+
+/// Registers every route and, from the same list, `ROUTES`: one place, so the table the
+/// default service answers 405 from cannot drift from what is served. Each entry's
+/// method and pattern must be its handler's own (the unit tests below check it).
+macro_rules! intake_routes {
+    ($($method:literal $pattern:literal => $service:path,)*) => {
+        /// Every route intake serves, as (method, pattern).
+        pub(crate) const ROUTES: &[(&str, &str)] = &[$(($method, $pattern)),*];
+
+        fn register_routes(config: &mut web::ServiceConfig) {
+            $(config.service($service);)*
+        }
+    };
+}
+
+intake_routes! {
+    "POST" "/agent/operations/{kind}" => routes::create::create_operation,
+    "GET" "/agent/operations/{operation_id}" => routes::operations::get_operation,
+    "GET" "/admin/operations" => routes::admin::list_operations,
+    "GET" "/admin/operations/{operation_id}" => routes::admin::show_operation,
+    "POST" "/admin/operations/{operation_id}/resolve" => routes::admin::resolve_operation,
+    "GET" "/healthz" => routes::health::healthz,
+    "GET" "/readyz" => routes::health::readyz,
+    "GET" "/openapi.json" => openapi_json,
+    "GET" "/metrics" => metrics_text,
+}
+
+/// The whole app but its state: routes, extractor settings that answer problems, and
+/// the default service (404, or 405 with `Allow`, as problems).
+fn configure(config: &mut web::ServiceConfig) {
+    config
+        .app_data(body::json_config())
+        .app_data(
+            web::QueryConfig::default().error_handler(|error, _request| {
+                problem::Problem::bad_query(error.to_string()).into()
+            }),
+        )
+        .app_data(
+            web::PathConfig::default()
+                .error_handler(|_error, _request| problem::Problem::route_not_found().into()),
+        )
+        .configure(register_routes)
+        .default_service(web::to(fallback::unmatched));
 }
 
 /// Builds the server on an already-bound listener; the caller awaits it. actix stops
@@ -69,26 +117,116 @@ pub fn serve(
         store,
         catalog,
         payment_provider: config.payment_provider.clone(),
+        body_timeout: config.body_timeout,
         telemetry,
     });
     let mut server = HttpServer::new(move || {
         App::new()
             .wrap(actix_web::middleware::from_fn(http_span::trace_request))
             .app_data(state.clone())
-            .app_data(body::json_config())
-            .service(routes::create::create_operation)
-            .service(routes::operations::get_operation)
-            .service(routes::admin::list_operations)
-            .service(routes::admin::show_operation)
-            .service(routes::admin::resolve_operation)
-            .service(routes::health::healthz)
-            .service(routes::health::readyz)
-            .service(openapi_json)
-            .service(metrics_text)
+            .configure(configure)
     })
     .listen(listener)?;
     if let Some(workers) = workers {
         server = server.workers(workers.max(1));
     }
     Ok(server.run())
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::http::{header, Method, StatusCode};
+    use actix_web::test::{call_service, init_service, read_body_json, TestRequest};
+    use actix_web::App;
+    use utoipa::OpenApi;
+
+    use super::{configure, ROUTES};
+
+    /// A path the pattern matches: every `{segment}` filled in.
+    fn example_path(pattern: &str) -> String {
+        pattern
+            .split('/')
+            .map(|segment| {
+                if segment.starts_with('{') {
+                    "0b7e6f5e-4c1f-4a53-9d55-7a4c2d0e9f10"
+                } else {
+                    segment
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+
+    /// Without the app state, a handler answers 500 (or, for the probes that need
+    /// none, 200): anything but the default service's 404 and 405.
+    #[actix_web::test]
+    async fn every_route_in_the_table_reaches_its_handler_and_other_methods_get_405() {
+        let app = init_service(App::new().configure(configure)).await;
+        for &(method, pattern) in ROUTES {
+            let path = example_path(pattern);
+            let request = TestRequest::default()
+                .method(Method::from_bytes(method.as_bytes()).unwrap())
+                .uri(&path)
+                .to_request();
+            let response = call_service(&app, request).await;
+            assert!(
+                !matches!(
+                    response.status(),
+                    StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED
+                ),
+                "{method} {pattern} is in ROUTES but no handler took {path}"
+            );
+
+            let allowed: Vec<&str> = ROUTES
+                .iter()
+                .filter(|(_, other)| example_path(other) == path)
+                .map(|(method, _)| *method)
+                .collect();
+            for wrong in ["PUT", "DELETE", "PATCH", "TRACE", "OPTIONS", "GET", "POST"] {
+                if allowed.contains(&wrong) {
+                    continue;
+                }
+                let request = TestRequest::default()
+                    .method(Method::from_bytes(wrong.as_bytes()).unwrap())
+                    .uri(&path)
+                    .to_request();
+                let response = call_service(&app, request).await;
+                assert_eq!(response.status(), 405, "{wrong} {path}");
+                assert_eq!(
+                    response.headers().get(header::CONTENT_TYPE).unwrap(),
+                    "application/problem+json"
+                );
+                assert_eq!(
+                    response.headers().get(header::ALLOW).unwrap(),
+                    allowed.join(", ").as_str(),
+                    "{wrong} {path}"
+                );
+            }
+        }
+        let request = TestRequest::get().uri("/no/such/route").to_request();
+        let response = call_service(&app, request).await;
+        assert_eq!(response.status(), 404);
+        let body: serde_json::Value = read_body_json(response).await;
+        assert_eq!(body["type"], "urn:opgate:problem:route-not-found");
+    }
+
+    #[test]
+    fn every_documented_route_is_in_the_table() {
+        let document = serde_json::to_value(crate::openapi::ApiDoc::openapi()).unwrap();
+        let paths = document["paths"].as_object().unwrap();
+        assert!(!paths.is_empty());
+        for (path, item) in paths {
+            for method in [
+                "get", "post", "put", "delete", "patch", "head", "options", "trace",
+            ] {
+                if item.get(method).is_some() {
+                    let method = method.to_ascii_uppercase();
+                    assert!(
+                        ROUTES.contains(&(method.as_str(), path.as_str())),
+                        "{method} {path} is documented but not in ROUTES"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -12,7 +12,15 @@ use crate::view::OperationView;
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "opgate intake", description = "Idempotent execution of agents' business operations."),
+    info(title = "opgate intake", description = "Idempotent execution of agents' business operations.\n\n\
+Every error is an RFC 9457 problem (`application/problem+json` with `type`, `title`, `status` and `detail`), and a \
+refused request records nothing. Besides the answers listed for each operation, any request may get: 404 \
+(`urn:opgate:problem:route-not-found`) for a path no route serves; 405 (`urn:opgate:problem:method-not-allowed`) \
+for a path that is served but not with this method (HEAD and OPTIONS included), with `Allow` naming the methods \
+it takes; 400 (`urn:opgate:problem:duplicate-header`) when `Authorization` or \
+`Idempotency-Key` is sent more than once. Requests the HTTP parser itself refuses (a malformed request line or \
+header, a control character in a header value, conflicting Content-Length/Transfer-Encoding) get 400, an over-large \
+head 431, and a head that does not arrive in time 408, each with an empty body."),
     paths(
         create::create_operation,
         operations::get_operation,

@@ -18,6 +18,9 @@ pub struct Problem {
     pub title: &'static str,
     pub status: u16,
     pub detail: String,
+    /// The `Allow` header of a 405: the methods the path does answer.
+    #[serde(skip)]
+    allow: Option<String>,
 }
 
 impl Problem {
@@ -27,6 +30,7 @@ impl Problem {
             title,
             status: status.as_u16(),
             detail: detail.into(),
+            allow: None,
         }
     }
 
@@ -35,6 +39,31 @@ impl Problem {
             StatusCode::BAD_REQUEST,
             "invalid-idempotency-key",
             "Missing or invalid Idempotency-Key",
+            detail,
+        )
+    }
+
+    /// A header that must be sent at most once was sent more than once: which of the
+    /// values counts is exactly what a proxy and intake could disagree on.
+    pub fn duplicate_header(name: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "duplicate-header",
+            "Repeated header",
+            format!(
+                "The {name} header was sent more than once; send it exactly once. \
+                 Nothing was recorded."
+            ),
+        )
+    }
+
+    /// A query string intake cannot read: an unknown or repeated parameter, or a value
+    /// out of its range.
+    pub fn bad_query(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-query",
+            "Invalid query string",
             detail,
         )
     }
@@ -76,6 +105,30 @@ impl Problem {
         )
     }
 
+    /// No route has this path (not to be confused with `not_found`: the route exists,
+    /// the operation does not).
+    pub fn route_not_found() -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "route-not-found",
+            "No such route",
+            "Nothing is served at this path; GET /openapi.json lists the routes.",
+        )
+    }
+
+    /// The path is served, but not with this method; `allowed` goes in `Allow`.
+    pub fn method_not_allowed(allowed: &[&str]) -> Self {
+        let allow = allowed.join(", ");
+        let mut problem = Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "Method not allowed",
+            format!("This path answers only {allow}. Nothing was recorded."),
+        );
+        problem.allow = Some(allow);
+        problem
+    }
+
     pub fn unknown_kind(kind: &str) -> Self {
         let shown: String = kind.chars().take(64).collect();
         Self::new(
@@ -113,9 +166,11 @@ impl Problem {
         )
     }
 
+    /// 422, as draft-ietf-httpapi-idempotency-key-header says for a key reused with
+    /// another payload (409 is kept for conflicts of state).
     pub fn key_reused() -> Self {
         Self::new(
-            StatusCode::CONFLICT,
+            StatusCode::UNPROCESSABLE_ENTITY,
             "idempotency-key-reused",
             "Idempotency-Key reused with a different request",
             "This Idempotency-Key already names a different request from this agent. \
@@ -138,6 +193,17 @@ impl Problem {
             "body-too-large",
             "Request body too large",
             format!("The request body must be at most {limit} bytes."),
+        )
+    }
+
+    /// The body did not arrive in time: the connection is closed after this answer.
+    pub fn request_timeout() -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request-timeout",
+            "Request body not received in time",
+            "The request body did not arrive in time. Nothing was recorded; retry with \
+             the same Idempotency-Key.",
         )
     }
 
@@ -164,8 +230,8 @@ impl Problem {
             StatusCode::SERVICE_UNAVAILABLE,
             "database-unavailable",
             "Service temporarily unavailable",
-            "The database is unreachable. Nothing was recorded; retry with the same \
-             Idempotency-Key.",
+            "The database is unreachable. Nothing was recorded; send the same request \
+             again (with the same Idempotency-Key, if it has one) after Retry-After.",
         )
     }
 
@@ -174,7 +240,8 @@ impl Problem {
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             "Internal error",
-            "An unexpected error occurred; retry with the same Idempotency-Key.",
+            "An unexpected error occurred; it has been logged. Sending the same request \
+             again, unchanged, is safe.",
         )
     }
 }
@@ -196,6 +263,15 @@ impl ResponseError for Problem {
         match self.status {
             401 => {
                 response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+            }
+            405 => {
+                if let Some(allow) = &self.allow {
+                    response.insert_header((header::ALLOW, allow.as_str()));
+                }
+            }
+            // The rest of the body may still be on its way: do not read it.
+            408 => {
+                response.force_close();
             }
             503 => {
                 response.insert_header((header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER_SECS));

@@ -4,6 +4,7 @@
 use actix_web::http::{header, StatusCode};
 use actix_web::HttpResponse;
 use chrono::{DateTime, Utc};
+use opgate_domain::NextAction;
 use opgate_store::OperationRecord;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -24,6 +25,35 @@ pub struct OperationView {
     pub updated_at: DateTime<Utc>,
     /// Plain guidance for the agent.
     pub message: String,
+    /// The next step, machine-readable: an agent never has to parse `message`.
+    pub next: NextStep,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NextStep {
+    /// poll (not settled: read it again, never re-submit), done, or new_key_required
+    /// (failed for good: another attempt is a new operation with a new key).
+    pub action: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_url: Option<String>,
+    /// Always true: a retry of this same request must carry the same Idempotency-Key,
+    /// and is answered with this operation.
+    pub same_key_on_retry: bool,
+}
+
+impl NextStep {
+    fn of(record: &OperationRecord) -> Self {
+        let action = record.status.next_action();
+        let polling = action == NextAction::Poll;
+        Self {
+            action: action.as_str(),
+            retry_after_seconds: record.status.check_again_after_secs(),
+            poll_url: polling.then(|| location_of(record)),
+            same_key_on_retry: true,
+        }
+    }
 }
 
 impl From<&OperationRecord> for OperationView {
@@ -38,6 +68,7 @@ impl From<&OperationRecord> for OperationView {
             created_at: record.created_at,
             updated_at: record.updated_at,
             message: record.status.agent_message().to_owned(),
+            next: NextStep::of(record),
         }
     }
 }

@@ -13,7 +13,8 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::auth::authenticate_with_existing;
-use crate::body::{read_json, require_json_content_type};
+use crate::body::{parse_object_value, read_body, require_json_content_type};
+use crate::headers::single_header;
 use crate::problem::Problem;
 use crate::routes::operations::respond;
 use crate::routes::{payments, refunds};
@@ -77,14 +78,15 @@ impl Prepared {
         (status = 202, description = "New operation accepted (or a replay of one still in progress)", body = OperationView,
          headers(("Location" = String), ("Idempotent-Replayed" = String, description = "true on a replay"))),
         (status = 200, description = "The operation has finished (a replay, or after Prefer: wait)", body = OperationView),
-        (status = 400, description = "Missing or invalid Idempotency-Key, or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Missing, invalid or repeated Idempotency-Key or Authorization, or malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing, unknown or revoked key", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "This kind or this amount not permitted for this agent", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such kind, or (refund) no such payment for this agent", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Idempotency-Key reused with a different request, or (refund) the payment is not SUCCEEDED", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive in time; nothing recorded", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "(refund) the payment is not SUCCEEDED", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than 16 KiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Body is well-formed but invalid, or (refund) more than remains refundable", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Body is not a JSON object, repeats a member, or is invalid; Idempotency-Key reused with a different request; or (refund) more than remains refundable", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Database unavailable; nothing recorded", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -113,18 +115,18 @@ pub async fn create_operation(
         .map_err(|denial| Problem::forbidden(denial.to_string()))?;
     let idempotency_key = idempotency_key?;
     require_json_content_type(&request)?;
-    let json = read_json(&request, payload).await?;
+    let body = read_body(&request, payload).await?;
     let prepared = match kind {
         Kind::Builtin(BuiltinKind::Payment) => Prepared::Plain {
-            request: payments::parse(json, &agent.policy)?,
+            request: payments::parse(&body, &agent.policy)?,
             provider: state.payment_provider.clone(),
         },
         Kind::Builtin(BuiltinKind::Refund) => {
-            Prepared::Refund(refunds::prepare(json, &state.store, &agent.agent_id).await?)
+            Prepared::Refund(refunds::prepare(&body, &state.store, &agent.agent_id).await?)
         }
         Kind::Declared(declared) => {
             let request = declared
-                .validate(&json)
+                .validate(&parse_object_value(&body)?)
                 .map_err(|e| Problem::invalid_body(e.to_string()))?;
             if let Some(money) = request.money() {
                 agent
@@ -204,9 +206,7 @@ pub async fn create_operation(
 }
 
 fn idempotency_key(request: &HttpRequest) -> Result<IdempotencyKey, Problem> {
-    let value = request
-        .headers()
-        .get("Idempotency-Key")
+    let value = single_header(request, "Idempotency-Key")?
         .ok_or_else(|| Problem::bad_idempotency_key("The Idempotency-Key header is required."))?;
     let text = value.to_str().map_err(|_| {
         Problem::bad_idempotency_key("Idempotency-Key must be visible ASCII characters.")

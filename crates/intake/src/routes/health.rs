@@ -15,6 +15,8 @@ pub async fn healthz() -> HttpResponse {
 
 #[utoipa::path(responses(
     (status = 200, description = "The database is reachable"),
+    (status = 500, description = "The database answered with an unexpected error", body = Problem,
+     content_type = "application/problem+json"),
     (status = 503, description = "The database is unreachable", body = Problem,
      content_type = "application/problem+json"),
 ))]

@@ -1,5 +1,6 @@
 //! `GET /agent/operations/{operation_id}`: an agent reads one of its own operations.
 //! Another agent's operation and a malformed id both answer 404, so ids leak nothing.
+//! The agent is authenticated before the id is even looked at.
 
 use actix_web::{get, web, HttpRequest, HttpResponse};
 use opgate_store::OperationRecord;
@@ -20,19 +21,25 @@ use crate::AppState;
     responses(
         (status = 200, description = "Terminal operation (SUCCEEDED or FAILED)", body = OperationView),
         (status = 202, description = "Operation still in progress", body = OperationView),
+        (status = 400, description = "Authorization sent more than once", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing, unknown or revoked key", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such operation for this agent", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "An operator key: operators read operations through /admin", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such operation for this agent (or not a UUID)", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Unexpected error", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     )
 )]
 #[get("/agent/operations/{operation_id}")]
 pub async fn get_operation(
     request: HttpRequest,
-    path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, Problem> {
     let agent = authenticate(&request, &state.store).await?;
-    let operation_id = Uuid::parse_str(&path).map_err(|_| Problem::not_found())?;
+    let operation_id = request
+        .match_info()
+        .get("operation_id")
+        .and_then(|id| Uuid::parse_str(id).ok())
+        .ok_or_else(Problem::not_found)?;
     let record = state
         .store
         .find_operation_for_agent(operation_id, &agent.agent_id)

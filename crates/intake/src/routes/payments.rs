@@ -3,8 +3,10 @@
 
 use opgate_domain::{AgentPolicy, OperationRequest, PaymentRequest};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
+use crate::body::{amount_text, parse_object};
 use crate::problem::Problem;
 
 /// The body of a payment request. Unknown fields are refused.
@@ -16,36 +18,19 @@ pub struct PaymentBody {
     /// Decimal amount, as a string ("250.00") or a number; > 0, with no more decimals
     /// than the currency allows. Strings are exact; prefer them.
     #[schema(value_type = String, example = "250.00")]
-    pub amount: AmountField,
+    pub amount: Box<RawValue>,
     /// ISO 4217 code; USD when absent.
     #[serde(default)]
     pub currency: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum AmountField {
-    Text(String),
-    Number(serde_json::Number),
-}
-
-impl AmountField {
-    pub fn as_text(&self) -> String {
-        match self {
-            Self::Text(text) => text.clone(),
-            Self::Number(number) => number.to_string(),
-        }
-    }
-}
-
 /// Validates the body and the agent's limits for the amount.
-pub fn parse(json: serde_json::Value, policy: &AgentPolicy) -> Result<OperationRequest, Problem> {
-    let body: PaymentBody =
-        serde_json::from_value(json).map_err(|e| Problem::invalid_body(e.to_string()))?;
+pub fn parse(body: &[u8], policy: &AgentPolicy) -> Result<OperationRequest, Problem> {
+    let body: PaymentBody = parse_object(body)?;
     let payment = PaymentRequest::parse(
         &body.customer_id,
         &body.invoice_id,
-        &body.amount.as_text(),
+        &amount_text(&body.amount)?,
         body.currency.as_deref(),
     )
     .map_err(|e| Problem::invalid_body(e.to_string()))?;

@@ -5,11 +5,12 @@
 use opgate_domain::{Currency, OperationRequest, RefundRequest};
 use opgate_store::{OperationRecord, RefundRegistration, Registration, Store};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use crate::body::{amount_text, parse_object};
 use crate::problem::Problem;
-use crate::routes::payments::AmountField;
 
 /// The body of a refund request. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -21,7 +22,7 @@ pub struct RefundBody {
     /// absent.
     #[serde(default)]
     #[schema(value_type = Option<String>, example = "30.00")]
-    pub amount: Option<AmountField>,
+    pub amount: Option<Box<RawValue>>,
     #[serde(default)]
     pub reason: Option<String>,
 }
@@ -32,12 +33,11 @@ pub struct PreparedRefund {
 }
 
 pub async fn prepare(
-    json: serde_json::Value,
+    body: &[u8],
     store: &Store,
     agent_id: &str,
 ) -> Result<PreparedRefund, Problem> {
-    let body: RefundBody =
-        serde_json::from_value(json).map_err(|e| Problem::invalid_body(e.to_string()))?;
+    let body: RefundBody = parse_object(body)?;
     let payment_operation_id = RefundRequest::parse_payment_id(&body.payment_operation_id)
         .map_err(|e| Problem::invalid_body(e.to_string()))?;
     let payment = store
@@ -45,9 +45,10 @@ pub async fn prepare(
         .await?
         .filter(|op| op.operation_type == "payment")
         .ok_or_else(Problem::payment_not_found)?;
+    let amount = body.amount.as_deref().map(amount_text).transpose()?;
     let refund = RefundRequest::parse(
         payment_operation_id,
-        body.amount.as_ref().map(AmountField::as_text).as_deref(),
+        amount.as_deref(),
         body.reason.as_deref(),
         currency_of(&payment)?,
     )
