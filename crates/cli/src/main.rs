@@ -1,8 +1,13 @@
-//! `opgate`: the operator's command. Migrations and agent credentials today.
+//! `opgate`: the operator's command: migrations, agents' and operators' credentials,
+//! and the operations (the manual-review queue). A failure is one line on stderr,
+//! `error: …` (the causes joined by ": "), and exit status 1, never a backtrace, even
+//! with `RUST_BACKTRACE` set; clap's usage errors keep clap's format and status 2.
 
 mod agents;
 mod operations;
 mod operators;
+
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -44,7 +49,7 @@ enum Command {
     /// List and inspect operations; work the manual-review queue.
     #[command(subcommand)]
     Operations(operations::OperationsCommand),
-    /// Create operators' keys for the admin API.
+    /// Create, list and revoke operators' keys for the admin API.
     #[command(subcommand)]
     Operators(operators::OperatorsCommand),
     /// Print a pgbench script made of the store's own statements (for make bench).
@@ -91,8 +96,36 @@ enum BenchSql {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", one_line(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes joined by ": ", each on one line. Not `{:?}`, which
+/// appends a backtrace when `RUST_BACKTRACE` is set.
+fn one_line(error: &anyhow::Error) -> String {
+    error
+        .chain()
+        .map(|cause| {
+            cause
+                .to_string()
+                .lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),

@@ -2,7 +2,8 @@
 //! operations and the manual-review queue. Every change is conditional on the
 //! operation being in MANUAL_REVIEW, and audited with the operator's name.
 
-use anyhow::{bail, Context};
+use anyhow::bail;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Subcommand, ValueEnum};
 use opgate_domain::OperationStatus;
 use opgate_store::{OperationFilter, OperationRecord, OperatorAction, Store};
@@ -12,9 +13,9 @@ use uuid::Uuid;
 pub enum OperationsCommand {
     /// List operations, newest first.
     List {
-        /// Only this status (e.g. MANUAL_REVIEW).
-        #[arg(long)]
-        status: Option<String>,
+        /// Only this status (e.g. MANUAL_REVIEW; any case).
+        #[arg(long, ignore_case = true, value_parser = status_parser())]
+        status: Option<OperationStatus>,
         /// Only this agent's operations.
         #[arg(long)]
         agent: Option<String>,
@@ -33,7 +34,7 @@ pub enum OperationsCommand {
     /// Resolve an operation in MANUAL_REVIEW as SUCCEEDED or FAILED.
     Resolve {
         operation_id: Uuid,
-        #[arg(long, value_enum)]
+        #[arg(long, value_enum, ignore_case = true)]
         status: Resolution,
         /// The provider's reference for the payment, when known.
         #[arg(long)]
@@ -62,6 +63,12 @@ pub enum Resolution {
     Failed,
 }
 
+/// One of the statuses, in any case; clap's error for anything else lists them.
+fn status_parser() -> impl TypedValueParser<Value = OperationStatus> {
+    PossibleValuesParser::new(OperationStatus::ALL.map(OperationStatus::as_str))
+        .try_map(|status| status.to_ascii_uppercase().parse::<OperationStatus>())
+}
+
 pub async fn run(store: &Store, command: OperationsCommand) -> anyhow::Result<()> {
     match command {
         OperationsCommand::List {
@@ -70,10 +77,6 @@ pub async fn run(store: &Store, command: OperationsCommand) -> anyhow::Result<()
             limit,
             json,
         } => {
-            let status = status
-                .map(|s| s.to_ascii_uppercase().parse::<OperationStatus>())
-                .transpose()
-                .context("--status")?;
             let filter = OperationFilter {
                 status,
                 agent_id: agent,

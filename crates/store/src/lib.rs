@@ -31,7 +31,7 @@ pub use group_commit::GroupCommit;
 pub use notifications::{spawn_listener, Wakeup, OUTBOX_CHANNEL, SETTLED_CHANNEL};
 pub use operations::{NewOperation, OperationRecord, Registration};
 pub use operator_actions::{OperationFilter, OperatorAction};
-pub use operators::OperatorRecord;
+pub use operators::{OperatorRecord, OperatorRevocation};
 pub use pool::{PoolSettings, Store};
 pub use reconciliation::ClaimedReconciliation;
 pub use refunds::{NewRefund, RefundRegistration};
