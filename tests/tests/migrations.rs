@@ -3,10 +3,16 @@
 //! the opgate HTTP provider with its money, so that a retry still replays it and it can
 //! be refunded. Real `opgate migrate`, real intake, real PostgreSQL.
 
-use opgate_domain::PaymentRequest;
+use opgate_domain::{ApiKey, KeyKind, PaymentRequest};
 use opgate_e2e::db::{admin_url, with_database};
 use opgate_e2e::{opgate, Intake};
 use uuid::Uuid;
+
+/// The agent as `opgate agents create legacy --allow payment --allow refund` wrote it
+/// before V5 (today's CLI writes columns a V4 database does not have).
+const LEGACY_AGENT: &str = "
+INSERT INTO agents (agent_id, key_id, api_key_hash, allowed_operations)
+VALUES ('legacy', $1, $2, ARRAY['payment', 'refund'])";
 
 /// The row intake wrote for a SUCCEEDED payment before V5, as it wrote it.
 const LEGACY_PAYMENT: &str = "
@@ -29,16 +35,15 @@ async fn a_payment_from_before_kinds_keeps_its_hash_replays_and_can_be_refunded(
     let url = with_database(&admin, &name);
 
     opgate(&url, &["migrate", "--to", "4"]).success();
-    let key = opgate(
-        &url,
-        &[
-            "agents", "create", "legacy", "--allow", "payment", "--allow", "refund",
-        ],
-    )
-    .success()
-    .stdout
-    .trim()
-    .to_owned();
+    let (db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let agent_key = ApiKey::generate(KeyKind::Agent);
+    db.execute(LEGACY_AGENT, &[&agent_key.key_id(), &agent_key.hash()])
+        .await
+        .unwrap();
+    let key = agent_key.expose().to_owned();
     let payment = PaymentRequest::parse("cus_1", "inv_1", "250.00", Some("USD")).unwrap();
     let hash = payment.request_hash().to_string();
     assert_eq!(
@@ -47,10 +52,6 @@ async fn a_payment_from_before_kinds_keeps_its_hash_replays_and_can_be_refunded(
     );
     let payload = serde_json::to_value(payment.business_fields()).unwrap();
     let id = Uuid::new_v4();
-    let (db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
     db.execute(LEGACY_PAYMENT, &[&id, &hash, &payload])
         .await
         .unwrap();

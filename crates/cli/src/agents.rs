@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use clap::Subcommand;
 use opgate_catalog::Catalog;
 use opgate_domain::{
-    AgentId, AgentPolicy, ApiKey, BuiltinKind, Currency, KeyKind, KindName, Money,
+    AgentId, AgentPolicy, ApiKey, BuiltinKind, Currency, KeyKind, KindName, Money, RateLimit,
 };
 use opgate_store::{NewAgent, Store};
 use rust_decimal::Decimal;
@@ -26,6 +26,13 @@ pub enum AgentsCommand {
         /// USD:1000.00. Once any is set, currencies not listed are refused.
         #[arg(long = "max-amount")]
         max_amount: Vec<String>,
+        /// Requests the agent may make, as N/s or N/m (e.g. 50/s), enforced by each
+        /// intake replica; excess requests get 429. No limit when absent.
+        #[arg(long = "rate-limit")]
+        rate_limit: Option<String>,
+        /// Requests that may arrive at once within the rate limit (default: N).
+        #[arg(long = "rate-limit-burst", requires = "rate_limit")]
+        rate_limit_burst: Option<u32>,
     },
     /// List agents (never their keys).
     List,
@@ -39,7 +46,14 @@ pub async fn run(store: &Store, catalog: &Catalog, command: AgentsCommand) -> an
             agent_id,
             allow,
             max_amount,
-        } => create(store, catalog, &agent_id, &allow, &max_amount).await,
+            rate_limit,
+            rate_limit_burst,
+        } => {
+            let rate_limit = rate_limit
+                .map(|text| RateLimit::parse(&text, rate_limit_burst))
+                .transpose()?;
+            create(store, catalog, &agent_id, &allow, &max_amount, rate_limit).await
+        }
         AgentsCommand::List => list(store).await,
         AgentsCommand::Revoke { agent_id } => {
             if !store.revoke_agent(&agent_id).await? {
@@ -57,6 +71,7 @@ async fn create(
     agent_id: &str,
     allow: &[String],
     max_amount: &[String],
+    rate_limit: Option<RateLimit>,
 ) -> anyhow::Result<()> {
     let agent_id = AgentId::parse(agent_id)?;
     let policy = AgentPolicy {
@@ -66,6 +81,7 @@ async fn create(
             .map(|name| known_kind(catalog, name))
             .collect::<anyhow::Result<_>>()?,
         max_amounts: parse_limits(max_amount)?,
+        rate_limit,
     };
     let key = ApiKey::generate(KeyKind::Agent);
     store
@@ -132,12 +148,15 @@ async fn list(store: &Store) -> anyhow::Result<()> {
             .iter()
             .map(|op| op.as_str())
             .collect();
-        let limits: Vec<String> = agent
+        let mut limits: Vec<String> = agent
             .policy
             .max_amounts
             .iter()
             .map(|(currency, max)| format!("{currency}:{max}"))
             .collect();
+        if let Some(rate) = agent.policy.rate_limit {
+            limits.push(format!("{rate} burst {}", rate.burst()));
+        }
         println!(
             "{:<32} {:<16} {:<12} {:<28} {:<25} {}",
             agent.agent_id,

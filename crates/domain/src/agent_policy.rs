@@ -6,6 +6,7 @@ use rust_decimal::Decimal;
 
 use crate::kind::KindName;
 use crate::money::Money;
+use crate::rate_limit::RateLimit;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentPolicy {
@@ -16,6 +17,8 @@ pub struct AgentPolicy {
     /// that is not listed is refused, so that a limit in USD cannot be sidestepped by
     /// paying in another currency.
     pub max_amounts: BTreeMap<String, Decimal>,
+    /// Requests per second or minute, enforced by each intake replica; `None`: no limit.
+    pub rate_limit: Option<RateLimit>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,6 +76,7 @@ mod tests {
                 .iter()
                 .map(|(c, a)| (c.to_string(), a.parse().unwrap()))
                 .collect(),
+            rate_limit: None,
         }
     }
 

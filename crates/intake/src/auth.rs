@@ -5,12 +5,14 @@
 //! carries `Authorization` more than once is refused with 400 before any of its values
 //! is read: which one counts is what a proxy and intake could disagree on.
 
-use actix_web::HttpRequest;
+use actix_web::{web, HttpRequest};
 use opgate_domain::{AgentPolicy, ApiKey, IdempotencyKey, KeyKind};
 use opgate_store::{OperationRecord, Store};
 
 use crate::headers::single_header;
 use crate::problem::Problem;
+use crate::rate_limits::Admission;
+use crate::AppState;
 
 pub struct AuthenticatedAgent {
     pub agent_id: String,
@@ -37,9 +39,23 @@ pub async fn authenticate_with_existing(
 ) -> Result<(AuthenticatedAgent, Option<OperationRecord>), Problem> {
     let key = presented_key(request)?;
     match key.kind() {
-        KeyKind::Agent => verified_agent(store, &key, idempotency_key)
-            .await?
-            .ok_or_else(Problem::unauthenticated),
+        KeyKind::Agent => {
+            // Over its rate limit, a known agent is refused before any database work.
+            let limiters = request
+                .app_data::<web::Data<AppState>>()
+                .map(|state| state.limiters.clone());
+            let admission = match &limiters {
+                Some(limiters) => limiters.admit_cached(&key)?,
+                None => Admission::Admitted,
+            };
+            let (agent, existing, api_key_hash) = verified_agent(store, &key, idempotency_key)
+                .await?
+                .ok_or_else(Problem::unauthenticated)?;
+            if let Some(limiters) = limiters {
+                limiters.after_read(&key, &api_key_hash, agent.policy.rate_limit, admission)?;
+            }
+            Ok((agent, existing))
+        }
         KeyKind::Operator => match verified_operator(store, &key).await? {
             Some(_) => Err(Problem::forbidden(
                 "Operator keys cannot request or read agents' operations.",
@@ -72,11 +88,14 @@ fn presented_key(request: &HttpRequest) -> Result<ApiKey, Problem> {
     ApiKey::parse(presented).map_err(|_| Problem::unauthenticated())
 }
 
+/// The agent, the operation its Idempotency-Key names, and its stored key hash.
+type VerifiedAgent = (AuthenticatedAgent, Option<OperationRecord>, String);
+
 async fn verified_agent(
     store: &Store,
     key: &ApiKey,
     idempotency_key: Option<&IdempotencyKey>,
-) -> Result<Option<(AuthenticatedAgent, Option<OperationRecord>)>, Problem> {
+) -> Result<Option<VerifiedAgent>, Problem> {
     let found = store
         .find_agent_request_context(key.key_id(), idempotency_key.map(IdempotencyKey::as_str))
         .await?;
@@ -88,7 +107,7 @@ async fn verified_agent(
             agent_id: context.agent.agent_id,
             policy: context.agent.policy,
         };
-        (agent, context.existing)
+        (agent, context.existing, context.agent.api_key_hash)
     }))
 }
 

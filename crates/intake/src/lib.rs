@@ -11,6 +11,7 @@ mod headers;
 mod http_span;
 mod openapi;
 mod problem;
+mod rate_limits;
 mod routes;
 mod view;
 mod wakeups;
@@ -34,6 +35,8 @@ pub struct AppState {
     pub payment_provider: String,
     /// How long a request body may take to arrive (408 after).
     pub body_timeout: std::time::Duration,
+    /// Each agent's rate limit, counted in this replica.
+    limiters: rate_limits::AgentLimiters,
     /// Group commit for registrations; `None` registers each request on its own.
     batcher: Option<group_commit::RegistrationBatcher>,
     pub telemetry: Arc<Telemetry>,
@@ -118,6 +121,7 @@ pub fn serve(
         catalog,
         payment_provider: config.payment_provider.clone(),
         body_timeout: config.body_timeout,
+        limiters: rate_limits::AgentLimiters::default(),
         telemetry,
     });
     let mut server = HttpServer::new(move || {

@@ -21,6 +21,9 @@ pub struct Problem {
     /// The `Allow` header of a 405: the methods the path does answer.
     #[serde(skip)]
     allow: Option<String>,
+    /// A 429's headers: (Retry-After seconds, RateLimit, RateLimit-Policy).
+    #[serde(skip)]
+    rate_limit: Option<Box<(u64, String, String)>>,
 }
 
 impl Problem {
@@ -31,7 +34,31 @@ impl Problem {
             status: status.as_u16(),
             detail: detail.into(),
             allow: None,
+            rate_limit: None,
         }
+    }
+
+    /// Over the agent's rate limit: nothing was read or written. `wait` is when one
+    /// more request will be allowed.
+    pub fn rate_limited(limit: opgate_domain::RateLimit, wait: std::time::Duration) -> Self {
+        let retry_after = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let mut problem = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate-limited",
+            "Too many requests",
+            format!(
+                "This agent may make {limit} requests (bursts of {}); retry after {retry_after} s \
+                 with the same Idempotency-Key. Nothing was recorded.",
+                limit.burst()
+            ),
+        );
+        // draft-ietf-httpapi-ratelimit-headers: the policy, and what is left of it now.
+        problem.rate_limit = Some(Box::new((
+            retry_after,
+            format!("\"agent\";r=0;t={retry_after}"),
+            format!("\"agent\";q={};w={}", limit.count(), limit.window_secs()),
+        )));
+        problem
     }
 
     pub fn bad_idempotency_key(detail: impl Into<String>) -> Self {
@@ -272,6 +299,13 @@ impl ResponseError for Problem {
             // The rest of the body may still be on its way: do not read it.
             408 => {
                 response.force_close();
+            }
+            429 => {
+                if let Some((retry_after, remaining, policy)) = self.rate_limit.as_deref() {
+                    response.insert_header((header::RETRY_AFTER, *retry_after));
+                    response.insert_header(("RateLimit", remaining.as_str()));
+                    response.insert_header(("RateLimit-Policy", policy.as_str()));
+                }
             }
             503 => {
                 response.insert_header((header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER_SECS));

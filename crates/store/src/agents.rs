@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use opgate_domain::{AgentPolicy, KindName};
+use opgate_domain::{AgentPolicy, KindName, RateLimit};
 use rust_decimal::Decimal;
 use tokio_postgres::Row;
 
@@ -53,6 +53,14 @@ macro_rules! agent_columns {
             $alias,
             "max_amounts, ",
             $table,
+            "rate_limit AS ",
+            $alias,
+            "rate_limit, ",
+            $table,
+            "rate_limit_burst AS ",
+            $alias,
+            "rate_limit_burst, ",
+            $table,
             "created_at AS ",
             $alias,
             "created_at, ",
@@ -68,8 +76,9 @@ pub(crate) use agent_columns;
 const AGENT_COLUMNS: &str = agent_columns!("", "");
 
 const INSERT_AGENT: &str =
-    "INSERT INTO agents (agent_id, key_id, api_key_hash, allowed_operations, max_amounts) \
-     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (agent_id) DO NOTHING";
+    "INSERT INTO agents (agent_id, key_id, api_key_hash, allowed_operations, max_amounts, \
+                         rate_limit, rate_limit_burst) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (agent_id) DO NOTHING";
 
 const REVOKE_AGENT: &str =
     "UPDATE agents SET revoked_at = now() WHERE agent_id = $1 AND revoked_at IS NULL";
@@ -101,6 +110,8 @@ impl Store {
                     &agent.api_key_hash,
                     &allowed,
                     &limits,
+                    &agent.policy.rate_limit.map(|r| r.to_string()),
+                    &agent.policy.rate_limit.map(|r| r.burst() as i32),
                 ],
             )
             .await?;
@@ -173,12 +184,21 @@ pub(crate) fn agent_from_row(row: &Row, alias: &str) -> Result<AgentRecord, Stor
             Ok((currency.clone(), max))
         })
         .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
+    let rate_limit = match row.get::<_, Option<String>>(column("rate_limit").as_str()) {
+        Some(text) => {
+            let burst: Option<i32> = row.get(column("rate_limit_burst").as_str());
+            let burst = burst.map(|b| b.max(0) as u32);
+            Some(RateLimit::parse(&text, burst).map_err(|e| corrupt(e.to_string()))?)
+        }
+        None => None,
+    };
     Ok(AgentRecord {
         key_id: row.get(column("key_id").as_str()),
         api_key_hash: row.get(column("api_key_hash").as_str()),
         policy: AgentPolicy {
             allowed_operations,
             max_amounts,
+            rate_limit,
         },
         created_at: row.get(column("created_at").as_str()),
         revoked_at: row.get(column("revoked_at").as_str()),

@@ -87,6 +87,7 @@ impl Prepared {
         (status = 413, description = "Body larger than 16 KiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Body is not a JSON object, repeats a member, or is invalid; Idempotency-Key reused with a different request; or (refund) more than remains refundable", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Over this agent's rate limit; nothing recorded (Retry-After, RateLimit, RateLimit-Policy)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Database unavailable; nothing recorded", body = Problem, content_type = "application/problem+json"),
     )
 )]

@@ -26,6 +26,7 @@ use crate::AppState;
         (status = 403, description = "An operator key: operators read operations through /admin", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such operation for this agent (or not a UUID)", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Unexpected error", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Over this agent's rate limit", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     )
 )]

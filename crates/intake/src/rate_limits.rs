@@ -1,0 +1,164 @@
+//! Per-agent rate limits, enforced in this intake replica before any database work.
+//! An agent's limit comes from its row, read when its key is first authenticated (and
+//! again once `REFRESH_AFTER` has passed, so that a changed limit takes effect); after
+//! that, each request's key is checked against the cached hash in memory and counted
+//! against the agent's GCRA limiter (`governor`). Only valid keys spend an agent's
+//! allowance, so another party knowing its key id cannot exhaust it. Each replica counts
+//! on its own: N replicas admit up to N times the limit.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::StateInformationMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+use opgate_domain::{ApiKey, RateLimit};
+
+use crate::problem::Problem;
+
+/// How long a cached limit is trusted before the agent's row is read again.
+const REFRESH_AFTER: Duration = Duration::from_secs(30);
+
+type Limiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
+
+struct Entry {
+    api_key_hash: String,
+    limit: Option<RateLimit>,
+    limiter: Option<Arc<Limiter>>,
+    read_at: Instant,
+}
+
+/// What the cache could say before the database was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Counted against a known limit (or the agent has none): go on.
+    Admitted,
+    /// Nothing fresh is known about this key: ask the database, then `after_read`.
+    Unknown,
+}
+
+#[derive(Clone, Default)]
+pub struct AgentLimiters {
+    by_key_id: Arc<Mutex<HashMap<String, Entry>>>,
+}
+
+impl AgentLimiters {
+    /// Counts the request if this key's limit is known and fresh; a 429 problem when the
+    /// agent is over it.
+    pub fn admit_cached(&self, key: &ApiKey) -> Result<Admission, Problem> {
+        let limiter = {
+            let entries = self.by_key_id.lock().unwrap_or_else(|e| e.into_inner());
+            match entries.get(key.key_id()) {
+                Some(entry)
+                    if entry.read_at.elapsed() < REFRESH_AFTER
+                        && key.matches_hash(&entry.api_key_hash) =>
+                {
+                    match (&entry.limiter, entry.limit) {
+                        (Some(limiter), Some(limit)) => Some((limiter.clone(), limit)),
+                        _ => return Ok(Admission::Admitted),
+                    }
+                }
+                _ => None,
+            }
+        };
+        match limiter {
+            Some((limiter, limit)) => check(&limiter, limit).map(|()| Admission::Admitted),
+            None => Ok(Admission::Unknown),
+        }
+    }
+
+    /// After the database authenticated the key: remember the agent's limit and, if
+    /// the cache could not count this request, count it now.
+    pub fn after_read(
+        &self,
+        key: &ApiKey,
+        api_key_hash: &str,
+        limit: Option<RateLimit>,
+        admission: Admission,
+    ) -> Result<(), Problem> {
+        let limiter = {
+            let mut entries = self.by_key_id.lock().unwrap_or_else(|e| e.into_inner());
+            let entry = entries
+                .entry(key.key_id().to_owned())
+                .or_insert_with(|| Entry {
+                    api_key_hash: api_key_hash.to_owned(),
+                    limit: None,
+                    limiter: None,
+                    read_at: Instant::now(),
+                });
+            // A changed limit (or key) starts a fresh limiter; an unchanged one keeps
+            // its state, so a refresh grants no extra burst.
+            if entry.limit != limit
+                || entry.api_key_hash != api_key_hash
+                || entry.limiter.is_none() && limit.is_some()
+            {
+                entry.limiter = limit.map(|limit| Arc::new(limiter_for(limit)));
+                entry.limit = limit;
+                entry.api_key_hash = api_key_hash.to_owned();
+            }
+            entry.read_at = Instant::now();
+            entry.limiter.clone().zip(entry.limit)
+        };
+        match (admission, limiter) {
+            (Admission::Unknown, Some((limiter, limit))) => check(&limiter, limit),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn limiter_for(limit: RateLimit) -> Limiter {
+    let burst = std::num::NonZeroU32::new(limit.burst()).unwrap_or(std::num::NonZeroU32::MIN);
+    let quota = Quota::with_period(limit.replenish_interval())
+        .expect("a rate limit's interval is never zero")
+        .allow_burst(burst);
+    RateLimiter::direct(quota).with_middleware::<StateInformationMiddleware>()
+}
+
+fn check(limiter: &Limiter, limit: RateLimit) -> Result<(), Problem> {
+    match limiter.check() {
+        Ok(_) => Ok(()),
+        Err(not_until) => {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            Err(Problem::rate_limited(limit, wait))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opgate_domain::KeyKind;
+
+    #[test]
+    fn a_burst_is_admitted_then_the_rest_refused_until_the_allowance_refills() {
+        let limiters = AgentLimiters::default();
+        let key = ApiKey::generate(KeyKind::Agent);
+        let limit = RateLimit::parse("1/m", Some(3)).unwrap();
+        assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Unknown);
+        limiters
+            .after_read(&key, &key.hash(), Some(limit), Admission::Unknown)
+            .unwrap();
+        assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Admitted);
+        assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Admitted);
+        let refused = limiters.admit_cached(&key).unwrap_err();
+        assert_eq!(refused.status, 429);
+    }
+
+    #[test]
+    fn a_wrong_secret_spends_nothing_and_no_limit_admits_all() {
+        let limiters = AgentLimiters::default();
+        let key = ApiKey::generate(KeyKind::Agent);
+        limiters
+            .after_read(&key, &key.hash(), None, Admission::Unknown)
+            .unwrap();
+        for _ in 0..100 {
+            assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Admitted);
+        }
+        let forged = ApiKey::parse(&format!("opg_{}_{}", key.key_id(), "0".repeat(64)));
+        if let Ok(forged) = forged {
+            assert_eq!(limiters.admit_cached(&forged).unwrap(), Admission::Unknown);
+        }
+    }
+}
