@@ -26,6 +26,11 @@ pub enum AgentsCommand {
         /// USD:1000.00. Once any is set, currencies not listed are refused.
         #[arg(long = "max-amount")]
         max_amount: Vec<String>,
+        /// The most the agent may spend per currency over any 24 hours, as
+        /// CURRENCY:AMOUNT (repeatable), e.g. USD:5000.00. Refunds and FAILED operations
+        /// do not count; over it, requests get 403 budget-exceeded.
+        #[arg(long = "daily-budget")]
+        daily_budget: Vec<String>,
         /// Requests the agent may make, as N/s or N/m (e.g. 50/s), enforced by each
         /// intake replica; excess requests get 429. No limit when absent.
         #[arg(long = "rate-limit")]
@@ -46,13 +51,19 @@ pub async fn run(store: &Store, catalog: &Catalog, command: AgentsCommand) -> an
             agent_id,
             allow,
             max_amount,
+            daily_budget,
             rate_limit,
             rate_limit_burst,
         } => {
             let rate_limit = rate_limit
                 .map(|text| RateLimit::parse(&text, rate_limit_burst))
                 .transpose()?;
-            create(store, catalog, &agent_id, &allow, &max_amount, rate_limit).await
+            let limits = Limits {
+                max_amounts: parse_amounts("--max-amount", &max_amount)?,
+                daily_budgets: parse_amounts("--daily-budget", &daily_budget)?,
+                rate_limit,
+            };
+            create(store, catalog, &agent_id, &allow, limits).await
         }
         AgentsCommand::List => list(store).await,
         AgentsCommand::Revoke { agent_id } => {
@@ -70,8 +81,7 @@ async fn create(
     catalog: &Catalog,
     agent_id: &str,
     allow: &[String],
-    max_amount: &[String],
-    rate_limit: Option<RateLimit>,
+    limits: Limits,
 ) -> anyhow::Result<()> {
     let agent_id = AgentId::parse(agent_id)?;
     let policy = AgentPolicy {
@@ -80,8 +90,9 @@ async fn create(
             .filter(|name| name.as_str() != "none")
             .map(|name| known_kind(catalog, name))
             .collect::<anyhow::Result<_>>()?,
-        max_amounts: parse_limits(max_amount)?,
-        rate_limit,
+        max_amounts: limits.max_amounts,
+        rate_limit: limits.rate_limit,
+        daily_budgets: limits.daily_budgets,
     };
     let key = ApiKey::generate(KeyKind::Agent);
     store
@@ -96,24 +107,30 @@ async fn create(
     Ok(())
 }
 
-fn parse_limits(specs: &[String]) -> anyhow::Result<BTreeMap<String, Decimal>> {
-    let mut limits = BTreeMap::new();
+/// What an agent may spend and how fast it may ask.
+struct Limits {
+    max_amounts: BTreeMap<String, Decimal>,
+    daily_budgets: BTreeMap<String, Decimal>,
+    rate_limit: Option<RateLimit>,
+}
+
+/// `CURRENCY:AMOUNT` specs of `flag`, one per currency.
+fn parse_amounts(flag: &str, specs: &[String]) -> anyhow::Result<BTreeMap<String, Decimal>> {
+    let mut amounts = BTreeMap::new();
     for spec in specs {
         let (currency, amount) = spec
             .split_once(':')
-            .with_context(|| format!("--max-amount {spec:?}: expected CURRENCY:AMOUNT"))?;
-        let currency =
-            Currency::parse(currency).with_context(|| format!("--max-amount {spec:?}"))?;
-        let money =
-            Money::parse(amount, currency).with_context(|| format!("--max-amount {spec:?}"))?;
-        if limits
+            .with_context(|| format!("{flag} {spec:?}: expected CURRENCY:AMOUNT"))?;
+        let currency = Currency::parse(currency).with_context(|| format!("{flag} {spec:?}"))?;
+        let money = Money::parse(amount, currency).with_context(|| format!("{flag} {spec:?}"))?;
+        if amounts
             .insert(currency.code().to_owned(), money.amount())
             .is_some()
         {
-            bail!("--max-amount given twice for {currency}");
+            bail!("{flag} given twice for {currency}");
         }
     }
-    Ok(limits)
+    Ok(amounts)
 }
 
 /// A built-in kind, or one declared in the catalog.
@@ -154,6 +171,9 @@ async fn list(store: &Store) -> anyhow::Result<()> {
             .iter()
             .map(|(currency, max)| format!("{currency}:{max}"))
             .collect();
+        for (currency, budget) in &agent.policy.daily_budgets {
+            limits.push(format!("{currency}:{budget}/24h"));
+        }
         if let Some(rate) = agent.policy.rate_limit {
             limits.push(format!("{rate} burst {}", rate.burst()));
         }

@@ -19,6 +19,9 @@ pub struct AgentPolicy {
     pub max_amounts: BTreeMap<String, Decimal>,
     /// Requests per second or minute, enforced by each intake replica; `None`: no limit.
     pub rate_limit: Option<RateLimit>,
+    /// Currency code to the most the agent may spend in it over any 24 hours (refunds
+    /// and FAILED operations do not count). A currency not listed has no budget.
+    pub daily_budgets: BTreeMap<String, Decimal>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +38,11 @@ pub enum PolicyDenial {
 }
 
 impl AgentPolicy {
+    /// The 24-hour budget that `money` is spent against, if the agent has one.
+    pub fn daily_budget_for(&self, money: Money) -> Option<Decimal> {
+        self.daily_budgets.get(money.currency().code()).copied()
+    }
+
     pub fn permits_operation(&self, kind: &str) -> Result<(), PolicyDenial> {
         if self
             .allowed_operations
@@ -77,6 +85,7 @@ mod tests {
                 .map(|(c, a)| (c.to_string(), a.parse().unwrap()))
                 .collect(),
             rate_limit: None,
+            daily_budgets: BTreeMap::new(),
         }
     }
 

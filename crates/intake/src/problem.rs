@@ -24,6 +24,9 @@ pub struct Problem {
     /// A 429's headers: (Retry-After seconds, RateLimit, RateLimit-Policy).
     #[serde(skip)]
     rate_limit: Option<Box<(u64, String, String)>>,
+    /// A 403 budget-exceeded's `Retry-After`: when headroom comes back.
+    #[serde(skip)]
+    retry_after: Option<u64>,
 }
 
 impl Problem {
@@ -35,6 +38,7 @@ impl Problem {
             detail: detail.into(),
             allow: None,
             rate_limit: None,
+            retry_after: None,
         }
     }
 
@@ -195,6 +199,22 @@ impl Problem {
 
     /// 422, as draft-ietf-httpapi-idempotency-key-header says for a key reused with
     /// another payload (409 is kept for conflicts of state).
+    /// Over the agent's 24-hour budget; `retry_after`: seconds until the oldest spending
+    /// leaves the window.
+    pub fn budget_exceeded(budget: &str, currency: &str, retry_after: Option<u64>) -> Self {
+        let mut problem = Self::new(
+            StatusCode::FORBIDDEN,
+            "budget-exceeded",
+            "Spend budget exceeded",
+            format!(
+                "This would take the agent past its budget of {budget} {currency} per 24 hours. \
+                 Nothing was recorded."
+            ),
+        );
+        problem.retry_after = retry_after;
+        problem
+    }
+
     pub fn key_reused() -> Self {
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -290,6 +310,11 @@ impl ResponseError for Problem {
         match self.status {
             401 => {
                 response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+            }
+            403 => {
+                if let Some(secs) = self.retry_after {
+                    response.insert_header((header::RETRY_AFTER, secs));
+                }
             }
             405 => {
                 if let Some(allow) = &self.allow {

@@ -53,6 +53,10 @@ macro_rules! agent_columns {
             $alias,
             "max_amounts, ",
             $table,
+            "daily_budgets AS ",
+            $alias,
+            "daily_budgets, ",
+            $table,
             "rate_limit AS ",
             $alias,
             "rate_limit, ",
@@ -77,8 +81,8 @@ const AGENT_COLUMNS: &str = agent_columns!("", "");
 
 const INSERT_AGENT: &str =
     "INSERT INTO agents (agent_id, key_id, api_key_hash, allowed_operations, max_amounts, \
-                         rate_limit, rate_limit_burst) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (agent_id) DO NOTHING";
+                         rate_limit, rate_limit_burst, daily_budgets) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (agent_id) DO NOTHING";
 
 const REVOKE_AGENT: &str =
     "UPDATE agents SET revoked_at = now() WHERE agent_id = $1 AND revoked_at IS NULL";
@@ -93,13 +97,8 @@ impl Store {
             .iter()
             .map(|op| op.as_str())
             .collect();
-        let limits: serde_json::Map<String, serde_json::Value> = agent
-            .policy
-            .max_amounts
-            .iter()
-            .map(|(currency, max)| (currency.clone(), max.to_string().into()))
-            .collect();
-        let limits = serde_json::Value::Object(limits);
+        let limits = amounts_json(&agent.policy.max_amounts);
+        let budgets = amounts_json(&agent.policy.daily_budgets);
         let client = self.client().await?;
         let inserted = client
             .execute(
@@ -112,6 +111,7 @@ impl Store {
                     &limits,
                     &agent.policy.rate_limit.map(|r| r.to_string()),
                     &agent.policy.rate_limit.map(|r| r.burst() as i32),
+                    &budgets,
                 ],
             )
             .await?;
@@ -161,6 +161,16 @@ impl Store {
     }
 }
 
+/// `{"USD": "5000.00"}`: amounts as exact decimal text.
+fn amounts_json(amounts: &BTreeMap<String, Decimal>) -> serde_json::Value {
+    serde_json::Value::Object(
+        amounts
+            .iter()
+            .map(|(currency, amount)| (currency.clone(), amount.to_string().into()))
+            .collect(),
+    )
+}
+
 /// Reads the columns of `agent_columns!(_, alias)`.
 pub(crate) fn agent_from_row(row: &Row, alias: &str) -> Result<AgentRecord, StoreError> {
     let column = |name: &str| format!("{alias}{name}");
@@ -171,19 +181,23 @@ pub(crate) fn agent_from_row(row: &Row, alias: &str) -> Result<AgentRecord, Stor
         .iter()
         .map(|name| KindName::parse(name).map_err(|_| corrupt(format!("operation kind {name:?}"))))
         .collect::<Result<Vec<_>, _>>()?;
-    let limits: serde_json::Value = row.get(column("max_amounts").as_str());
-    let max_amounts = limits
-        .as_object()
-        .ok_or_else(|| corrupt("max_amounts is not an object".into()))?
-        .iter()
-        .map(|(currency, max)| {
-            let max = max
-                .as_str()
-                .and_then(|text| text.parse::<Decimal>().ok())
-                .ok_or_else(|| corrupt(format!("limit for {currency}")))?;
-            Ok((currency.clone(), max))
-        })
-        .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
+    let amounts = |name: &str| {
+        let value: serde_json::Value = row.get(column(name).as_str());
+        value
+            .as_object()
+            .ok_or_else(|| corrupt(format!("{name} is not an object")))?
+            .iter()
+            .map(|(currency, max)| {
+                let max = max
+                    .as_str()
+                    .and_then(|text| text.parse::<Decimal>().ok())
+                    .ok_or_else(|| corrupt(format!("{name} for {currency}")))?;
+                Ok((currency.clone(), max))
+            })
+            .collect::<Result<BTreeMap<_, _>, StoreError>>()
+    };
+    let max_amounts = amounts("max_amounts")?;
+    let daily_budgets = amounts("daily_budgets")?;
     let rate_limit = match row.get::<_, Option<String>>(column("rate_limit").as_str()) {
         Some(text) => {
             let burst: Option<i32> = row.get(column("rate_limit_burst").as_str());
@@ -199,6 +213,7 @@ pub(crate) fn agent_from_row(row: &Row, alias: &str) -> Result<AgentRecord, Stor
             allowed_operations,
             max_amounts,
             rate_limit,
+            daily_budgets,
         },
         created_at: row.get(column("created_at").as_str()),
         revoked_at: row.get(column("revoked_at").as_str()),

@@ -7,7 +7,9 @@
 use actix_web::{post, web, HttpRequest, HttpResponse};
 use opgate_catalog::DeclaredKind;
 use opgate_domain::{BuiltinKind, IdempotencyKey};
-use opgate_store::{NewOperation, NewRefund, PendingRegistration, Registration};
+use opgate_store::{
+    BudgetedRegistration, NewOperation, NewRefund, PendingRegistration, Registration,
+};
 use serde::Deserialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -80,7 +82,7 @@ impl Prepared {
         (status = 200, description = "The operation has finished (a replay, or after Prefer: wait)", body = OperationView),
         (status = 400, description = "Missing, invalid or repeated Idempotency-Key or Authorization, or malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing, unknown or revoked key", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "This kind or this amount not permitted for this agent", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "This kind or this amount not permitted for this agent, or its 24-hour budget would be exceeded (budget-exceeded, with Retry-After)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such kind, or (refund) no such payment for this agent", body = Problem, content_type = "application/problem+json"),
         (status = 408, description = "The body did not arrive in time; nothing recorded", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "(refund) the payment is not SUCCEEDED", body = Problem, content_type = "application/problem+json"),
@@ -165,9 +167,29 @@ pub async fn create_operation(
                     provider,
                     trace_context: traceparent.as_deref(),
                 };
-                match &state.batcher {
-                    Some(batcher) => batcher.submit(PendingRegistration::from_new(&new)).await?,
-                    None => state.store.register_operation(&new).await?,
+                let budget = request
+                    .money()
+                    .and_then(|money| agent.policy.daily_budget_for(money).map(|b| (money, b)));
+                match (budget, &state.batcher) {
+                    (Some((money, budget)), _) => {
+                        match state.store.register_within_budget(&new, budget).await? {
+                            BudgetedRegistration::Registered(registration) => registration,
+                            BudgetedRegistration::Exceeded { frees_at, .. } => {
+                                let retry_after = frees_at.map(|at| {
+                                    (at - chrono::Utc::now()).num_seconds().max(1) as u64
+                                });
+                                return Err(Problem::budget_exceeded(
+                                    &budget.to_string(),
+                                    money.currency().code(),
+                                    retry_after,
+                                ));
+                            }
+                        }
+                    }
+                    (None, Some(batcher)) => {
+                        batcher.submit(PendingRegistration::from_new(&new)).await?
+                    }
+                    (None, None) => state.store.register_operation(&new).await?,
                 }
             }
             Prepared::Refund(refund) => refunds::answer(

@@ -1,0 +1,116 @@
+//! Registering an operation that spends against the agent's 24-hour budget: in one
+//! transaction, lock the agent's row (every budgeted registration of the agent queues
+//! on it), answer a replay, and insert the operation only if what the agent has spent
+//! in that currency over the last 24 hours (money-moving operations, not refunds, not
+//! FAILED) plus this amount stays within the budget. Intake's group commit does not
+//! batch these: a batch would need each row to see the ones before it.
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+
+use crate::error::StoreError;
+use crate::operations::{
+    operation_from_row, NewOperation, Registration, FIND_BY_IDEMPOTENCY_KEY, REGISTER_OPERATION,
+};
+use crate::pool::Store;
+
+#[derive(Debug, Clone, PartialEq)]
+// One answer per request, moved once: boxing the record would buy nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum BudgetedRegistration {
+    Registered(Registration),
+    /// Over the budget; nothing written. `frees_at`: when the oldest spending in the
+    /// window leaves it (headroom may come back sooner if an operation fails).
+    Exceeded {
+        spent: Decimal,
+        frees_at: Option<DateTime<Utc>>,
+    },
+}
+
+/// `FOR NO KEY UPDATE`: serialises budgeted registrations of one agent without
+/// blocking its other inserts (which take KEY SHARE on the row through the foreign key).
+const LOCK_AGENT: &str = "SELECT 1 FROM agents WHERE agent_id = $1 FOR NO KEY UPDATE";
+
+/// Read after the lock, so every registration committed before it is counted.
+const SPENT_IN_WINDOW: &str = "
+SELECT COALESCE(sum(amount), 0) AS spent, min(created_at) + interval '24 hours' AS frees_at
+FROM operations
+WHERE agent_id = $1 AND currency = $2 AND amount IS NOT NULL AND operation_type <> 'refund'
+  AND status <> 'FAILED' AND created_at > now() - interval '24 hours'";
+
+impl Store {
+    #[tracing::instrument(name = "INSERT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "operations", opgate.budgeted = true))]
+    pub async fn register_within_budget(
+        &self,
+        new: &NewOperation<'_>,
+        budget: Decimal,
+    ) -> Result<BudgetedRegistration, StoreError> {
+        let money = new
+            .request
+            .money()
+            .ok_or_else(|| StoreError::Corrupt("a budgeted operation without money".into()))?;
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await?;
+        transaction.execute(LOCK_AGENT, &[&new.agent_id]).await?;
+        let key = new.idempotency_key.as_str();
+        if let Some(row) = transaction
+            .query_opt(FIND_BY_IDEMPOTENCY_KEY, &[&new.agent_id, &key])
+            .await?
+        {
+            let existing = operation_from_row(&row)?;
+            transaction.rollback().await?;
+            return Ok(BudgetedRegistration::Registered(
+                if existing.request_hash == *new.request.request_hash() {
+                    Registration::Replayed(existing)
+                } else {
+                    Registration::KeyReused
+                },
+            ));
+        }
+        let currency = money.currency().code();
+        let window = transaction
+            .query_one(SPENT_IN_WINDOW, &[&new.agent_id, &currency])
+            .await?;
+        let spent: Decimal = window.get("spent");
+        if spent + money.amount() > budget {
+            transaction.rollback().await?;
+            return Ok(BudgetedRegistration::Exceeded {
+                spent,
+                frees_at: window.get("frees_at"),
+            });
+        }
+        let actor = format!("intake:agent/{}", new.agent_id);
+        let register = transaction.prepare_cached(REGISTER_OPERATION).await?;
+        let inserted = transaction
+            .query_opt(
+                &register,
+                &[
+                    &new.operation_id,
+                    &new.agent_id,
+                    &key,
+                    &new.request.kind().as_str(),
+                    &new.provider,
+                    &new.request.request_hash().as_str(),
+                    new.request.fields(),
+                    &new.trace_context,
+                    &actor,
+                    &money.amount(),
+                    &currency,
+                    &None::<uuid::Uuid>,
+                ],
+            )
+            .await?;
+        let Some(row) = inserted else {
+            // Taken meanwhile by a registration that does not queue on the agent (a
+            // refund under the same key): answered as any reused key is.
+            transaction.rollback().await?;
+            return Ok(BudgetedRegistration::Registered(
+                self.register_operation(new).await?,
+            ));
+        };
+        transaction.commit().await?;
+        Ok(BudgetedRegistration::Registered(Registration::Created(
+            operation_from_row(&row)?,
+        )))
+    }
+}

@@ -1,0 +1,133 @@
+//! 24-hour spend budgets, decided by the database: however many payments arrive at
+//! once, with intake's group commit on or off, exactly what fits is accepted; a FAILED
+//! payment gives its amount back; refunds do not spend. Real intake, executor and
+//! provider-sim on a real PostgreSQL.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use opgate_e2e::api::{payment_body, post_operation, post_payment, Reply};
+use opgate_e2e::{Executor, Intake, ProviderSim, TestDb};
+use uuid::Uuid;
+
+const BUDGETED: [&str; 6] = [
+    "--allow",
+    "payment",
+    "--allow",
+    "refund",
+    "--daily-budget",
+    "USD:5000.00",
+];
+
+async fn pay(
+    client: &reqwest::Client,
+    intake: &Intake,
+    key: &str,
+    customer: &str,
+    idem: &str,
+) -> Reply {
+    let body = payment_body(customer, idem, "1000.00");
+    post_payment(client, &intake.base_url, Some(key), Some(idem), &body).await
+}
+
+async fn forty_at_once(group_commit: &str) {
+    let db = TestDb::create().await;
+    let key = db.create_agent("spender", &BUDGETED);
+    let intake = Intake::start_with(&db.url, &["--group-commit", group_commit]).await;
+    let client = reqwest::Client::new();
+    let keys: Vec<String> = (0..40).map(|i| format!("pay-{i}")).collect();
+    let replies = join_all(keys.iter().map(|k| pay(&client, &intake, &key, "cus_b", k))).await;
+    let accepted = replies.iter().filter(|r| r.status == 202).count();
+    assert_eq!(
+        accepted, 5,
+        "5 × 1,000.00 fit in 5,000.00 (group commit {group_commit})"
+    );
+    for refused in replies.iter().filter(|r| r.status != 202) {
+        refused.assert_problem(403);
+        assert!(refused.body["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("budget-exceeded"));
+        let retry_after: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+        assert!(
+            retry_after > 23 * 3600,
+            "headroom returns as the first payment ages out"
+        );
+    }
+    assert_eq!(
+        db.counts().await.operations,
+        5,
+        "refused payments wrote nothing"
+    );
+}
+
+#[tokio::test]
+async fn forty_concurrent_payments_spend_exactly_the_budget_with_group_commit() {
+    forty_at_once("true").await;
+}
+
+#[tokio::test]
+async fn forty_concurrent_payments_spend_exactly_the_budget_without_group_commit() {
+    forty_at_once("false").await;
+}
+
+#[tokio::test]
+async fn a_failed_payment_frees_its_headroom_and_refunds_do_not_spend() {
+    let db = TestDb::create().await;
+    let key = db.create_agent("spender", &BUDGETED);
+    let sim = ProviderSim::start(&[]).await;
+    let intake = Intake::start(&db.url).await;
+    let _executor = Executor::start(&db.url, &sim.base_url, &[]).await;
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let reply = pay(&client, &intake, &key, "cus_ok", &format!("ok-{i}")).await;
+        assert_eq!(reply.status, 202, "{}", reply.body);
+        ids.push(reply.operation_id().parse::<Uuid>().unwrap());
+    }
+    let declined = pay(&client, &intake, &key, "decline_me", "declined").await;
+    assert_eq!(declined.status, 202);
+    pay(&client, &intake, &key, "cus_ok", "sixth")
+        .await
+        .assert_problem(403);
+
+    let declined: Uuid = declined.operation_id().parse().unwrap();
+    opgate_e2e::eventually(Duration::from_secs(20), "the decline to fail", || async {
+        let op = db.store.find_operation(declined).await.ok()??;
+        (op.status.as_str() == "FAILED").then_some(())
+    })
+    .await;
+    let sixth = pay(&client, &intake, &key, "cus_ok", "sixth-again").await;
+    assert_eq!(
+        sixth.status, 202,
+        "the FAILED payment's 1,000.00 came back: {}",
+        sixth.body
+    );
+    pay(&client, &intake, &key, "cus_ok", "seventh")
+        .await
+        .assert_problem(403);
+
+    opgate_e2e::eventually(
+        Duration::from_secs(20),
+        "the first payment to succeed",
+        || async {
+            let op = db.store.find_operation(ids[0]).await.ok()??;
+            (op.status.as_str() == "SUCCEEDED").then_some(())
+        },
+    )
+    .await;
+    let refund = post_operation(
+        &client,
+        &intake.base_url,
+        "refund",
+        &key,
+        "refund-1",
+        &serde_json::json!({"payment_operation_id": ids[0]}),
+    )
+    .await;
+    assert_eq!(
+        refund.status, 202,
+        "a refund spends no budget: {}",
+        refund.body
+    );
+}
