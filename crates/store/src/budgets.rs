@@ -10,7 +10,7 @@ use rust_decimal::Decimal;
 
 use crate::error::StoreError;
 use crate::operations::{
-    operation_from_row, NewOperation, Registration, FIND_BY_IDEMPOTENCY_KEY, REGISTER_OPERATION,
+    insert_operation, operation_from_row, NewOperation, Registration, FIND_BY_IDEMPOTENCY_KEY,
 };
 use crate::pool::Store;
 
@@ -79,27 +79,16 @@ impl Store {
                 frees_at: window.get("frees_at"),
             });
         }
-        let actor = format!("intake:agent/{}", new.agent_id);
-        let register = transaction.prepare_cached(REGISTER_OPERATION).await?;
-        let inserted = transaction
-            .query_opt(
-                &register,
-                &[
-                    &new.operation_id,
-                    &new.agent_id,
-                    &key,
-                    &new.request.kind().as_str(),
-                    &new.provider,
-                    &new.request.request_hash().as_str(),
-                    new.request.fields(),
-                    &new.trace_context,
-                    &actor,
-                    &money.amount(),
-                    &currency,
-                    &None::<uuid::Uuid>,
-                ],
-            )
-            .await?;
+        let money = Some((money.amount(), currency.to_owned()));
+        let inserted = insert_operation(
+            &transaction,
+            new,
+            new.request.fields(),
+            new.provider,
+            money,
+            None,
+        )
+        .await?;
         let Some(row) = inserted else {
             // Taken meanwhile by a registration that does not queue on the agent (a
             // refund under the same key): answered as any reused key is.

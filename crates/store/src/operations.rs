@@ -116,27 +116,15 @@ impl Store {
         let client = self.client().await?;
         let request_hash = new.request.request_hash();
         let money = new.request.money();
-        let actor = format!("intake:agent/{}", new.agent_id);
-        let register = client.prepare_cached(REGISTER_OPERATION).await?;
-        let inserted = client
-            .query_opt(
-                &register,
-                &[
-                    &new.operation_id,
-                    &new.agent_id,
-                    &new.idempotency_key.as_str(),
-                    &new.request.kind().as_str(),
-                    &new.provider,
-                    &request_hash.as_str(),
-                    new.request.fields(),
-                    &new.trace_context,
-                    &actor,
-                    &money.map(|m| m.amount()),
-                    &money.map(|m| m.currency().code()),
-                    &None::<Uuid>,
-                ],
-            )
-            .await?;
+        let inserted = insert_operation(
+            &client,
+            new,
+            new.request.fields(),
+            new.provider,
+            money.map(|m| (m.amount(), m.currency().code().to_owned())),
+            None,
+        )
+        .await?;
         if let Some(row) = inserted {
             return Ok(Registration::Created(operation_from_row(&row)?));
         }
@@ -183,6 +171,41 @@ impl Store {
             .map(|row| operation_from_row(&row))
             .transpose()
     }
+}
+
+/// Runs `REGISTER_OPERATION` for `new` on any client or transaction: the row, its
+/// outbox event and its audit event, or `None` when the key was already taken. The
+/// payload, provider, money and parent are the caller's (a refund resolves its own).
+pub(crate) async fn insert_operation<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    new: &NewOperation<'_>,
+    payload: &serde_json::Value,
+    provider: &str,
+    money: Option<(Decimal, String)>,
+    parent_operation_id: Option<Uuid>,
+) -> Result<Option<Row>, StoreError> {
+    let actor = format!("intake:agent/{}", new.agent_id);
+    let (amount, currency) = money.unzip();
+    let register = client.prepare_cached(REGISTER_OPERATION).await?;
+    Ok(client
+        .query_opt(
+            &register,
+            &[
+                &new.operation_id,
+                &new.agent_id,
+                &new.idempotency_key.as_str(),
+                &new.request.kind().as_str(),
+                &provider,
+                &new.request.request_hash().as_str(),
+                payload,
+                &new.trace_context,
+                &actor,
+                &amount,
+                &currency,
+                &parent_operation_id,
+            ],
+        )
+        .await?)
 }
 
 pub(crate) fn operation_from_row(row: &Row) -> Result<OperationRecord, StoreError> {

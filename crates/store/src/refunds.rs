@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use crate::error::StoreError;
 use crate::operations::{
-    operation_from_row, OperationRecord, Registration, FIND_BY_IDEMPOTENCY_KEY, REGISTER_OPERATION,
+    insert_operation, operation_from_row, NewOperation, OperationRecord, Registration,
+    FIND_BY_IDEMPOTENCY_KEY,
 };
 use crate::pool::Store;
 
@@ -127,27 +128,17 @@ async fn register_in(
             payment_reference.into(),
         );
     }
-    let actor = format!("intake:agent/{}", refund.agent_id);
-    let register = transaction.prepare_cached(REGISTER_OPERATION).await?;
-    let inserted = transaction
-        .query_opt(
-            &register,
-            &[
-                &refund.operation_id,
-                &refund.agent_id,
-                &refund.idempotency_key.as_str(),
-                &refund.request.kind().as_str(),
-                &provider,
-                &refund.request.request_hash().as_str(),
-                &payload,
-                &refund.trace_context,
-                &actor,
-                &amount,
-                &currency,
-                &refund.payment_operation_id,
-            ],
-        )
-        .await?;
+    let new = NewOperation {
+        operation_id: refund.operation_id,
+        agent_id: refund.agent_id,
+        idempotency_key: refund.idempotency_key,
+        request: refund.request,
+        provider: &provider,
+        trace_context: refund.trace_context,
+    };
+    let money = Some((amount, currency));
+    let parent = Some(refund.payment_operation_id);
+    let inserted = insert_operation(transaction, &new, &payload, &provider, money, parent).await?;
     let Some(row) = inserted else {
         // The key was taken meanwhile by something other than a refund of this payment.
         let existing = find_by_key(transaction, refund)
