@@ -20,6 +20,7 @@ async fn register(db: &TestDb, agent: &str, key: &str) -> Uuid {
         idempotency_key: &key,
         request: &request,
         provider: opgate_domain::OPGATE_HTTP_PROVIDER,
+        awaiting_approval_for: None,
         trace_context: None,
     };
     match db.store.register_operation(&new).await.unwrap() {

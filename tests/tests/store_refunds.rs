@@ -28,6 +28,7 @@ async fn succeeded_payment(db: &TestDb, amount: &str) -> Uuid {
         idempotency_key: &key,
         request: &request,
         provider: OPGATE_HTTP_PROVIDER,
+        awaiting_approval_for: None,
         trace_context: None,
     };
     let Registration::Created(payment) = db.store.register_operation(&new).await.unwrap() else {
@@ -138,6 +139,7 @@ async fn a_payment_that_has_not_succeeded_cannot_be_refunded() {
             idempotency_key: &key,
             request: &request,
             provider: OPGATE_HTTP_PROVIDER,
+            awaiting_approval_for: None,
             trace_context: None,
         })
         .await

@@ -31,6 +31,10 @@ pub enum AgentsCommand {
         /// do not count; over it, requests get 403 budget-exceeded.
         #[arg(long = "daily-budget")]
         daily_budget: Vec<String>,
+        /// Amount per currency above which an operation waits for an operator's
+        /// approval before anything is sent, as CURRENCY:AMOUNT (repeatable).
+        #[arg(long = "approval-above")]
+        approval_above: Vec<String>,
         /// Requests the agent may make, as N/s or N/m (e.g. 50/s), enforced by each
         /// intake replica; excess requests get 429. No limit when absent.
         #[arg(long = "rate-limit")]
@@ -52,6 +56,7 @@ pub async fn run(store: &Store, catalog: &Catalog, command: AgentsCommand) -> an
             allow,
             max_amount,
             daily_budget,
+            approval_above,
             rate_limit,
             rate_limit_burst,
         } => {
@@ -61,6 +66,7 @@ pub async fn run(store: &Store, catalog: &Catalog, command: AgentsCommand) -> an
             let limits = Limits {
                 max_amounts: parse_amounts("--max-amount", &max_amount)?,
                 daily_budgets: parse_amounts("--daily-budget", &daily_budget)?,
+                approval_above: parse_amounts("--approval-above", &approval_above)?,
                 rate_limit,
             };
             create(store, catalog, &agent_id, &allow, limits).await
@@ -93,6 +99,7 @@ async fn create(
         max_amounts: limits.max_amounts,
         rate_limit: limits.rate_limit,
         daily_budgets: limits.daily_budgets,
+        approval_above: limits.approval_above,
     };
     let key = ApiKey::generate(KeyKind::Agent);
     store
@@ -111,6 +118,7 @@ async fn create(
 struct Limits {
     max_amounts: BTreeMap<String, Decimal>,
     daily_budgets: BTreeMap<String, Decimal>,
+    approval_above: BTreeMap<String, Decimal>,
     rate_limit: Option<RateLimit>,
 }
 
@@ -171,6 +179,9 @@ async fn list(store: &Store) -> anyhow::Result<()> {
             .iter()
             .map(|(currency, max)| format!("{currency}:{max}"))
             .collect();
+        for (currency, threshold) in &agent.policy.approval_above {
+            limits.push(format!("approval>{currency}:{threshold}"));
+        }
         for (currency, budget) in &agent.policy.daily_budgets {
             limits.push(format!("{currency}:{budget}/24h"));
         }

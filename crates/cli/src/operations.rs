@@ -1,11 +1,13 @@
-//! `opgate operations list|show|resolve|retry-reconcile`: the operator's view of the
-//! operations and the manual-review queue. Every change is conditional on the
-//! operation being in MANUAL_REVIEW, and audited with the operator's name.
+//! `opgate operations list|show|resolve|retry-reconcile|approve|reject`: the operator's
+//! view of the operations, the manual-review queue and the operations awaiting
+//! approval. Every change is conditional on the state it leaves (MANUAL_REVIEW,
+//! AWAITING_APPROVAL), and audited with the operator's name.
 
 use anyhow::bail;
+use anyhow::Context;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Subcommand, ValueEnum};
-use opgate_domain::OperationStatus;
+use opgate_domain::{AgentId, BusinessId, OperationStatus};
 use opgate_store::{OperationFilter, OperationRecord, OperatorAction, Store};
 use uuid::Uuid;
 
@@ -54,6 +56,45 @@ pub enum OperationsCommand {
         #[arg(long, env = "USER", default_value = "operator")]
         operator: String,
     },
+    /// Approve an operation that is AWAITING_APPROVAL: it becomes PENDING and is queued
+    /// for the executors.
+    Approve {
+        operation_id: Uuid,
+        /// Who is deciding.
+        #[arg(long)]
+        operator: String,
+        /// Why, if worth saying. Kept in the audit trail.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Reject an operation that is AWAITING_APPROVAL: it becomes FAILED and is never
+    /// sent.
+    Reject {
+        operation_id: Uuid,
+        /// Who is deciding.
+        #[arg(long)]
+        operator: String,
+        /// Why. Kept in the audit trail and as the operation's last error.
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+/// The longest reason an operator may give (as the admin API allows).
+const MAX_REASON_CHARS: usize = 1000;
+
+/// An operator's name, as `opgate operators create` accepts it.
+fn operator_name(name: &str) -> anyhow::Result<AgentId> {
+    AgentId::parse(name).with_context(|| format!("invalid operator name {name:?}"))
+}
+
+/// A decision's reason: not empty, at most 1000 characters, no control characters.
+fn decision_reason(reason: &str) -> anyhow::Result<BusinessId> {
+    Ok(BusinessId::parse_at_most(
+        "reason",
+        reason,
+        MAX_REASON_CHARS,
+    )?)
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -137,6 +178,42 @@ pub async fn run(store: &Store, command: OperationsCommand) -> anyhow::Result<()
                 .await?;
             report(operation_id, action)
         }
+        OperationsCommand::Approve {
+            operation_id,
+            operator,
+            reason,
+        } => {
+            let operator = operator_name(&operator)?;
+            let reason = reason.as_deref().map(decision_reason).transpose()?;
+            let action = store
+                .approve_operation(
+                    operation_id,
+                    operator.as_str(),
+                    reason.as_ref().map(BusinessId::as_str),
+                )
+                .await?;
+            if matches!(action, OperatorAction::Applied(_)) {
+                // Executors hear of it at once; if this fails they find it when they poll.
+                let _ = store.notify_outbox().await;
+            }
+            report(operation_id, action)
+        }
+        OperationsCommand::Reject {
+            operation_id,
+            operator,
+            reason,
+        } => {
+            let operator = operator_name(&operator)?;
+            let reason = decision_reason(&reason)?;
+            let action = store
+                .reject_operation(operation_id, operator.as_str(), reason.as_str())
+                .await?;
+            if matches!(action, OperatorAction::Applied(_)) {
+                // Agents waiting with Prefer: wait hear of it at once; if this fails they poll.
+                let _ = store.notify_settled(&[operation_id]).await;
+            }
+            report(operation_id, action)
+        }
     }
 }
 
@@ -148,6 +225,9 @@ fn report(operation_id: Uuid, action: OperatorAction) -> anyhow::Result<()> {
         }
         OperatorAction::NotInReview(status) => {
             bail!("{operation_id} is {status}, not MANUAL_REVIEW: nothing changed")
+        }
+        OperatorAction::NotAwaitingApproval(status) => {
+            bail!("{operation_id} is {status}, not AWAITING_APPROVAL: nothing changed")
         }
         OperatorAction::NotFound => bail!("no operation {operation_id}"),
     }

@@ -22,6 +22,9 @@ pub struct AgentPolicy {
     /// Currency code to the most the agent may spend in it over any 24 hours (refunds
     /// and FAILED operations do not count). A currency not listed has no budget.
     pub daily_budgets: BTreeMap<String, Decimal>,
+    /// Currency code to the amount above which an operation waits for an operator's
+    /// approval before anything is sent.
+    pub approval_above: BTreeMap<String, Decimal>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,6 +41,13 @@ pub enum PolicyDenial {
 }
 
 impl AgentPolicy {
+    /// Whether an operation moving `money` must wait for an operator's approval.
+    pub fn needs_approval(&self, money: Money) -> bool {
+        self.approval_above
+            .get(money.currency().code())
+            .is_some_and(|threshold| money.amount() > *threshold)
+    }
+
     /// The 24-hour budget that `money` is spent against, if the agent has one.
     pub fn daily_budget_for(&self, money: Money) -> Option<Decimal> {
         self.daily_budgets.get(money.currency().code()).copied()
@@ -86,6 +96,7 @@ mod tests {
                 .collect(),
             rate_limit: None,
             daily_budgets: BTreeMap::new(),
+            approval_above: BTreeMap::new(),
         }
     }
 
@@ -116,6 +127,17 @@ mod tests {
             p.permits_amount(eur),
             Err(PolicyDenial::CurrencyNotAllowed("EUR"))
         );
+    }
+
+    #[test]
+    fn approval_is_needed_strictly_above_the_threshold_in_its_currency() {
+        let mut p = policy(&[]);
+        p.approval_above
+            .insert("USD".into(), "500.00".parse().unwrap());
+        assert!(!p.needs_approval(usd("500")));
+        assert!(p.needs_approval(usd("500.01")));
+        let eur = Money::parse("9999", Currency::parse("EUR").unwrap()).unwrap();
+        assert!(!p.needs_approval(eur));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OperationStatus {
+    AwaitingApproval,
     Pending,
     InProgress,
     Succeeded,
@@ -20,7 +21,8 @@ pub enum OperationStatus {
 pub struct UnknownStatus(pub String);
 
 impl OperationStatus {
-    pub const ALL: [OperationStatus; 7] = [
+    pub const ALL: [OperationStatus; 8] = [
+        Self::AwaitingApproval,
         Self::Pending,
         Self::InProgress,
         Self::Succeeded,
@@ -32,6 +34,7 @@ impl OperationStatus {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::AwaitingApproval => "AWAITING_APPROVAL",
             Self::Pending => "PENDING",
             Self::InProgress => "IN_PROGRESS",
             Self::Succeeded => "SUCCEEDED",
@@ -51,7 +54,8 @@ impl OperationStatus {
         use OperationStatus::*;
         matches!(
             (from, to),
-            (Pending, InProgress)
+            (AwaitingApproval, Pending | Failed)
+                | (Pending, InProgress)
                 | (InProgress, Succeeded | Failed | Unknown | Pending)
                 | (Unknown, Reconciling)
                 | (Reconciling, Succeeded | Failed | Unknown | ManualReview)
@@ -63,6 +67,7 @@ impl OperationStatus {
     /// (sent as `Retry-After`); `None` once terminal.
     pub fn check_again_after_secs(self) -> Option<u32> {
         match self {
+            Self::AwaitingApproval => Some(60),
             Self::Pending | Self::InProgress => Some(1),
             Self::Unknown | Self::Reconciling => Some(10),
             Self::ManualReview => Some(300),
@@ -74,6 +79,7 @@ impl OperationStatus {
     /// `next.action`).
     pub fn next_action(self) -> NextAction {
         match self {
+            Self::AwaitingApproval => NextAction::WaitForApproval,
             Self::Succeeded => NextAction::Done,
             Self::Failed => NextAction::NewKeyRequired,
             Self::Pending
@@ -87,6 +93,7 @@ impl OperationStatus {
     /// Plain guidance for the agent that asked for the operation.
     pub fn agent_message(self) -> &'static str {
         match self {
+            Self::AwaitingApproval => "Operation accepted; it waits for a person to approve it and nothing is sent before then. Do not submit a new request for it; check this operation again in about 1 minute.",
             Self::Pending => "Operation accepted and queued. Do not submit a new request for it; check this operation again in about 1 second.",
             Self::InProgress => "Operation is being executed. Do not submit a new request for it; check this operation again in about 1 second.",
             Self::Succeeded => "Operation succeeded.",
@@ -102,6 +109,8 @@ impl OperationStatus {
 pub enum NextAction {
     /// Not settled: read it again after `check_again_after_secs`, never re-submit it.
     Poll,
+    /// An operator must approve it first; read it again later, never re-submit it.
+    WaitForApproval,
     /// It succeeded; nothing more to do.
     Done,
     /// It failed for good: trying again is a new operation and needs a new key.
@@ -112,6 +121,7 @@ impl NextAction {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Poll => "poll",
+            Self::WaitForApproval => "wait_for_approval",
             Self::Done => "done",
             Self::NewKeyRequired => "new_key_required",
         }
@@ -151,6 +161,8 @@ mod tests {
     #[test]
     fn allowed_transitions_follow_the_design() {
         let allowed = [
+            (AwaitingApproval, Pending),
+            (AwaitingApproval, Failed),
             (Pending, InProgress),
             (InProgress, Succeeded),
             (InProgress, Failed),
@@ -198,7 +210,7 @@ mod tests {
         for status in OperationStatus::ALL {
             let action = status.next_action();
             assert_eq!(
-                action == NextAction::Poll,
+                matches!(action, NextAction::Poll | NextAction::WaitForApproval),
                 status.check_again_after_secs().is_some(),
                 "{status}"
             );

@@ -76,6 +76,11 @@ pub struct Config {
     /// is answered 408 and cut off. Nothing is held meanwhile (no database connection).
     #[arg(long, env = "INTAKE_BODY_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub body_timeout: Duration,
+
+    /// How long an operation above its agent's approval threshold waits for an
+    /// operator; undecided after that, the reconciler fails it ("approval expired").
+    #[arg(long, env = "INTAKE_APPROVAL_TIMEOUT", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub approval_timeout: Duration,
 }
 
 impl Config {

@@ -35,6 +35,8 @@ pub struct AppState {
     pub payment_provider: String,
     /// How long a request body may take to arrive (408 after).
     pub body_timeout: std::time::Duration,
+    /// How long an operation waits for an operator's approval.
+    pub approval_timeout: std::time::Duration,
     /// Each agent's rate limit, counted in this replica.
     limiters: rate_limits::AgentLimiters,
     /// Group commit for registrations; `None` registers each request on its own.
@@ -76,6 +78,8 @@ intake_routes! {
     "GET" "/admin/operations" => routes::admin::list_operations,
     "GET" "/admin/operations/{operation_id}" => routes::admin::show_operation,
     "POST" "/admin/operations/{operation_id}/resolve" => routes::admin::resolve_operation,
+    "POST" "/admin/operations/{operation_id}/approve" => routes::admin::approve_operation,
+    "POST" "/admin/operations/{operation_id}/reject" => routes::admin::reject_operation,
     "GET" "/healthz" => routes::health::healthz,
     "GET" "/readyz" => routes::health::readyz,
     "GET" "/openapi.json" => openapi_json,
@@ -121,6 +125,7 @@ pub fn serve(
         catalog,
         payment_provider: config.payment_provider.clone(),
         body_timeout: config.body_timeout,
+        approval_timeout: config.approval_timeout,
         limiters: rate_limits::AgentLimiters::default(),
         telemetry,
     });

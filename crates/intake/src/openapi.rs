@@ -27,10 +27,12 @@ head 431, and a head that does not arrive in time 408, each with an empty body."
         admin::list_operations,
         admin::show_operation,
         admin::resolve_operation,
+        admin::approve_operation,
+        admin::reject_operation,
         health::healthz,
         health::readyz,
     ),
-    components(schemas(create::OperationBody, payments::PaymentBody, refunds::RefundBody, OperationView, Problem, admin::AdminOperation, admin::AdminOperationDetail, admin::ResolveBody)),
+    components(schemas(create::OperationBody, payments::PaymentBody, refunds::RefundBody, OperationView, Problem, admin::AdminOperation, admin::AdminOperationDetail, admin::ResolveBody, admin::ApproveBody, admin::RejectBody)),
     modifiers(&AgentKeyScheme),
 )]
 pub struct ApiDoc;

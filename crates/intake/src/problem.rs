@@ -234,6 +234,17 @@ impl Problem {
         )
     }
 
+    /// An approval or rejection of an operation that is not AWAITING_APPROVAL (decided
+    /// already, or expired).
+    pub fn not_awaiting_approval(status: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "not-awaiting-approval",
+            "Operation is not awaiting approval",
+            format!("The operation is {status}, not AWAITING_APPROVAL; nothing was changed."),
+        )
+    }
+
     pub fn too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,

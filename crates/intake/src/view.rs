@@ -31,8 +31,9 @@ pub struct OperationView {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct NextStep {
-    /// poll (not settled: read it again, never re-submit), done, or new_key_required
-    /// (failed for good: another attempt is a new operation with a new key).
+    /// poll (not settled: read it again, never re-submit), wait_for_approval (an
+    /// operator must approve it first), done, or new_key_required (failed for good:
+    /// another attempt is a new operation with a new key).
     pub action: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after_seconds: Option<u32>,
@@ -46,7 +47,7 @@ pub struct NextStep {
 impl NextStep {
     fn of(record: &OperationRecord) -> Self {
         let action = record.status.next_action();
-        let polling = action == NextAction::Poll;
+        let polling = matches!(action, NextAction::Poll | NextAction::WaitForApproval);
         Self {
             action: action.as_str(),
             retry_after_seconds: record.status.check_again_after_secs(),

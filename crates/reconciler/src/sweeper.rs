@@ -29,6 +29,20 @@ pub struct Sweeper {
 impl Sweeper {
     /// One sweep; returns how many operations it claimed.
     pub async fn run_once(&self) -> Result<usize, opgate_store::StoreError> {
+        // Approvals nobody gave fail first: nothing was ever sent for them.
+        let expired = self
+            .store
+            .expire_approvals(&self.owner, self.batch_size as i64)
+            .await?;
+        if !expired.is_empty() {
+            for _ in &expired {
+                metrics().reconciliation("approval_expired");
+            }
+            tracing::info!(count = expired.len(), "approvals expired");
+            if let Err(error) = self.store.notify_settled(&expired).await {
+                tracing::debug!(%error, "could not announce expired approvals; waiters poll");
+            }
+        }
         let claimed = self
             .store
             .claim_due_reconciliations(

@@ -53,6 +53,10 @@ macro_rules! agent_columns {
             $alias,
             "max_amounts, ",
             $table,
+            "approval_above AS ",
+            $alias,
+            "approval_above, ",
+            $table,
             "daily_budgets AS ",
             $alias,
             "daily_budgets, ",
@@ -81,8 +85,8 @@ const AGENT_COLUMNS: &str = agent_columns!("", "");
 
 const INSERT_AGENT: &str =
     "INSERT INTO agents (agent_id, key_id, api_key_hash, allowed_operations, max_amounts, \
-                         rate_limit, rate_limit_burst, daily_budgets) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (agent_id) DO NOTHING";
+                         rate_limit, rate_limit_burst, daily_budgets, approval_above) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (agent_id) DO NOTHING";
 
 const REVOKE_AGENT: &str =
     "UPDATE agents SET revoked_at = now() WHERE agent_id = $1 AND revoked_at IS NULL";
@@ -99,6 +103,7 @@ impl Store {
             .collect();
         let limits = amounts_json(&agent.policy.max_amounts);
         let budgets = amounts_json(&agent.policy.daily_budgets);
+        let approval_above = amounts_json(&agent.policy.approval_above);
         let client = self.client().await?;
         let inserted = client
             .execute(
@@ -112,6 +117,7 @@ impl Store {
                     &agent.policy.rate_limit.map(|r| r.to_string()),
                     &agent.policy.rate_limit.map(|r| r.burst() as i32),
                     &budgets,
+                    &approval_above,
                 ],
             )
             .await?;
@@ -198,6 +204,7 @@ pub(crate) fn agent_from_row(row: &Row, alias: &str) -> Result<AgentRecord, Stor
     };
     let max_amounts = amounts("max_amounts")?;
     let daily_budgets = amounts("daily_budgets")?;
+    let approval_above = amounts("approval_above")?;
     let rate_limit = match row.get::<_, Option<String>>(column("rate_limit").as_str()) {
         Some(text) => {
             let burst: Option<i32> = row.get(column("rate_limit_burst").as_str());
@@ -214,6 +221,7 @@ pub(crate) fn agent_from_row(row: &Row, alias: &str) -> Result<AgentRecord, Stor
             max_amounts,
             rate_limit,
             daily_budgets,
+            approval_above,
         },
         created_at: row.get(column("created_at").as_str()),
         revoked_at: row.get(column("revoked_at").as_str()),

@@ -4,6 +4,7 @@
 
 mod agent_request;
 mod agents;
+mod approval_expiry;
 mod audit;
 pub mod bench_sql;
 mod budgets;

@@ -19,6 +19,9 @@ pub struct NewOperation<'a> {
     /// The provider that will execute it (the kind's binding), recorded so that every
     /// attempt and lookup goes to the same one.
     pub provider: &'a str,
+    /// `Some`: the operation waits for an operator's approval, which expires after
+    /// this long; nothing is enqueued until it is given.
+    pub awaiting_approval_for: Option<std::time::Duration>,
     /// W3C `traceparent` of the registering request, carried to the executor.
     pub trace_context: Option<&'a str>,
 }
@@ -81,6 +84,30 @@ pub(crate) const REGISTER_OPERATION: &str = concat!(
     ), audit_event AS (
         INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
         SELECT operation_id, agent_id, NULL, status, $9, 'registered' FROM inserted
+    )
+    SELECT ",
+    operation_columns!(),
+    " FROM inserted"
+);
+
+/// `REGISTER_OPERATION` for an operation that waits for an operator: registered as
+/// AWAITING_APPROVAL with the time its approval expires ($13 ms from now), and no
+/// outbox event, so that nothing can claim it before the approval enqueues it.
+pub(crate) const REGISTER_AWAITING_APPROVAL: &str = concat!(
+    "WITH inserted AS (
+        INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type,
+                                provider, request_hash, request_payload, trace_context,
+                                amount, currency, parent_operation_id, customer_id, status,
+                                approval_expires_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $7::jsonb->>'customer_id',
+                'AWAITING_APPROVAL', now() + $13::float8 * interval '1 millisecond')
+        ON CONFLICT (agent_id, idempotency_key) DO NOTHING
+        RETURNING ",
+    operation_columns!(),
+    "
+    ), audit_event AS (
+        INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
+        SELECT operation_id, agent_id, NULL, status, $9, 'registered; awaiting approval' FROM inserted
     )
     SELECT ",
     operation_columns!(),
@@ -186,26 +213,33 @@ pub(crate) async fn insert_operation<C: deadpool_postgres::GenericClient>(
 ) -> Result<Option<Row>, StoreError> {
     let actor = format!("intake:agent/{}", new.agent_id);
     let (amount, currency) = money.unzip();
-    let register = client.prepare_cached(REGISTER_OPERATION).await?;
-    Ok(client
-        .query_opt(
-            &register,
-            &[
-                &new.operation_id,
-                &new.agent_id,
-                &new.idempotency_key.as_str(),
-                &new.request.kind().as_str(),
-                &provider,
-                &new.request.request_hash().as_str(),
-                payload,
-                &new.trace_context,
-                &actor,
-                &amount,
-                &currency,
-                &parent_operation_id,
-            ],
-        )
-        .await?)
+    let kind = new.request.kind().as_str();
+    let key = new.idempotency_key.as_str();
+    let hash = new.request.request_hash().as_str();
+    let expires_in = new.awaiting_approval_for.map(crate::execution::millis);
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+        &new.operation_id,
+        &new.agent_id,
+        &key,
+        &kind,
+        &provider,
+        &hash,
+        payload,
+        &new.trace_context,
+        &actor,
+        &amount,
+        &currency,
+        &parent_operation_id,
+    ];
+    let statement = match &expires_in {
+        Some(millis) => {
+            params.push(millis);
+            REGISTER_AWAITING_APPROVAL
+        }
+        None => REGISTER_OPERATION,
+    };
+    let register = client.prepare_cached(statement).await?;
+    Ok(client.query_opt(&register, &params).await?)
 }
 
 pub(crate) fn operation_from_row(row: &Row) -> Result<OperationRecord, StoreError> {

@@ -1,6 +1,8 @@
-//! What operators do to operations: list them, resolve one out of MANUAL_REVIEW, or
-//! send it back to the reconciler. Every write is conditional on the operation being
-//! in MANUAL_REVIEW and is audited with the operator's name.
+//! What operators do to operations: list them, resolve one out of MANUAL_REVIEW, send
+//! it back to the reconciler, or decide one that is AWAITING_APPROVAL (approve: it is
+//! enqueued for the executors; reject: it fails, never sent). Every write is one
+//! statement, conditional on the state it leaves, and is audited with the operator's
+//! name.
 
 use opgate_domain::OperationStatus;
 use uuid::Uuid;
@@ -22,8 +24,12 @@ pub struct OperationFilter {
 #[allow(clippy::large_enum_variant)]
 pub enum OperatorAction {
     Applied(OperationRecord),
-    /// The operation is not in MANUAL_REVIEW (it may have been resolved already).
+    /// A resolution found the operation not in MANUAL_REVIEW (it may have been resolved
+    /// already); nothing changed. Carries the status it is in.
     NotInReview(OperationStatus),
+    /// An approval or rejection found the operation not AWAITING_APPROVAL (decided
+    /// already, or expired); nothing changed. Carries the status it is in.
+    NotAwaitingApproval(OperationStatus),
     NotFound,
 }
 
@@ -56,6 +62,62 @@ SELECT ",
     operation_columns!(),
     " FROM updated"
 );
+
+/// AWAITING_APPROVAL → PENDING, its outbox event (the first and only one: nothing was
+/// enqueued while it waited) and its audit row, in one statement: the executors can
+/// claim it as soon as this commits, and only if this applied.
+const APPROVE_OPERATION: &str = concat!(
+    "WITH updated AS (
+    UPDATE operations
+    SET status = 'PENDING',
+        approval_expires_at = NULL,
+        updated_at = now()
+    WHERE operation_id = $1 AND status = 'AWAITING_APPROVAL'
+    RETURNING *
+), outbox_event AS (
+    INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
+    SELECT operation_id, agent_id, 'execute', trace_context FROM updated
+), audit AS (
+    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
+    SELECT operation_id, agent_id, 'AWAITING_APPROVAL', 'PENDING', $2, $3 FROM updated
+)
+SELECT ",
+    operation_columns!(),
+    " FROM updated"
+);
+
+/// AWAITING_APPROVAL → FAILED with the operator's reason, audited; no outbox event, so
+/// it is never sent. (A refund's reservation is given back by the V5 trigger.)
+const REJECT_OPERATION: &str = concat!(
+    "WITH updated AS (
+    UPDATE operations
+    SET status = 'FAILED',
+        last_error = $3,
+        approval_expires_at = NULL,
+        updated_at = now()
+    WHERE operation_id = $1 AND status = 'AWAITING_APPROVAL'
+    RETURNING *
+), audit AS (
+    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
+    SELECT operation_id, agent_id, 'AWAITING_APPROVAL', 'FAILED', $2, $3 FROM updated
+)
+SELECT ",
+    operation_columns!(),
+    " FROM updated"
+);
+
+/// The audit reason of an approval.
+fn approval_reason(reason: Option<&str>) -> String {
+    match reason {
+        Some(reason) => format!("approved by operator: {reason}"),
+        None => "approved by operator".to_owned(),
+    }
+}
+
+/// The audit reason and `last_error` of a rejection.
+fn rejection_reason(reason: &str) -> String {
+    format!("rejected by operator: {reason}")
+}
 
 const CURRENT_STATUS: &str = "SELECT status FROM operations WHERE operation_id = $1";
 
@@ -104,14 +166,86 @@ impl Store {
         if let Some(row) = row {
             return Ok(OperatorAction::Applied(operation_from_row(&row)?));
         }
-        let current = client.query_opt(CURRENT_STATUS, &[&operation_id]).await?;
-        match current {
-            None => Ok(OperatorAction::NotFound),
-            Some(row) => {
-                let status: String = row.get(0);
-                let status = status.parse()?;
-                Ok(OperatorAction::NotInReview(status))
-            }
-        }
+        Ok(match current_status(&client, operation_id).await? {
+            None => OperatorAction::NotFound,
+            Some(status) => OperatorAction::NotInReview(status),
+        })
     }
+
+    /// Approves an operation that is AWAITING_APPROVAL: it becomes PENDING and its
+    /// outbox event is written in the same statement, audited as `operator:<operator>`
+    /// with "approved by operator" (and the operator's reason, if given). Anything else
+    /// is left as it is: `NotAwaitingApproval` with its status, or `NotFound`. Callers
+    /// wake the executors after this returns `Applied` (it has committed).
+    #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
+    pub async fn approve_operation(
+        &self,
+        operation_id: Uuid,
+        operator: &str,
+        reason: Option<&str>,
+    ) -> Result<OperatorAction, StoreError> {
+        let actor = format!("operator:{operator}");
+        let reason = approval_reason(reason);
+        self.decide_approval(APPROVE_OPERATION, operation_id, &actor, &reason)
+            .await
+    }
+
+    /// Rejects an operation that is AWAITING_APPROVAL: it becomes FAILED with
+    /// `last_error` "rejected by operator: <reason>", audited as `operator:<operator>`,
+    /// and is never sent. Anything else is left as it is: `NotAwaitingApproval` with
+    /// its status, or `NotFound`.
+    #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
+    pub async fn reject_operation(
+        &self,
+        operation_id: Uuid,
+        operator: &str,
+        reason: &str,
+    ) -> Result<OperatorAction, StoreError> {
+        let actor = format!("operator:{operator}");
+        let reason = rejection_reason(reason);
+        self.decide_approval(REJECT_OPERATION, operation_id, &actor, &reason)
+            .await
+    }
+
+    /// Runs an approval decision (`$1` the operation, `$2` the actor, `$3` the reason);
+    /// when it did not apply, reads what the operation is now, with a fresh snapshot.
+    async fn decide_approval(
+        &self,
+        statement: &str,
+        operation_id: Uuid,
+        actor: &str,
+        reason: &str,
+    ) -> Result<OperatorAction, StoreError> {
+        debug_assert!(OperationStatus::can_transition(
+            OperationStatus::AwaitingApproval,
+            OperationStatus::Pending
+        ));
+        debug_assert!(OperationStatus::can_transition(
+            OperationStatus::AwaitingApproval,
+            OperationStatus::Failed
+        ));
+        let client = self.client().await?;
+        let row = client
+            .query_opt(statement, &[&operation_id, &actor, &reason])
+            .await?;
+        if let Some(row) = row {
+            return Ok(OperatorAction::Applied(operation_from_row(&row)?));
+        }
+        Ok(match current_status(&client, operation_id).await? {
+            None => OperatorAction::NotFound,
+            Some(status) => OperatorAction::NotAwaitingApproval(status),
+        })
+    }
+}
+
+/// The operation's status now, if it exists.
+async fn current_status(
+    client: &tokio_postgres::Client,
+    operation_id: Uuid,
+) -> Result<Option<OperationStatus>, StoreError> {
+    let Some(row) = client.query_opt(CURRENT_STATUS, &[&operation_id]).await? else {
+        return Ok(None);
+    };
+    let status: String = row.get(0);
+    Ok(Some(status.parse()?))
 }

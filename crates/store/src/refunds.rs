@@ -134,6 +134,7 @@ async fn register_in(
         idempotency_key: refund.idempotency_key,
         request: refund.request,
         provider: &provider,
+        awaiting_approval_for: None,
         trace_context: refund.trace_context,
     };
     let money = Some((amount, currency));

@@ -159,12 +159,18 @@ pub async fn create_operation(
         Some(_) => Registration::KeyReused,
         None => match &prepared {
             Prepared::Plain { request, provider } => {
+                // Above the agent's threshold, nothing is sent before an operator approves.
+                let awaiting_approval_for = request
+                    .money()
+                    .filter(|money| agent.policy.needs_approval(*money))
+                    .map(|_| state.approval_timeout);
                 let new = NewOperation {
                     operation_id: Uuid::new_v4(),
                     agent_id: &agent.agent_id,
                     idempotency_key: &idempotency_key,
                     request,
                     provider,
+                    awaiting_approval_for,
                     trace_context: traceparent.as_deref(),
                 };
                 let budget = request
@@ -186,10 +192,10 @@ pub async fn create_operation(
                             }
                         }
                     }
-                    (None, Some(batcher)) => {
+                    (None, Some(batcher)) if awaiting_approval_for.is_none() => {
                         batcher.submit(PendingRegistration::from_new(&new)).await?
                     }
-                    (None, None) => state.store.register_operation(&new).await?,
+                    (None, _) => state.store.register_operation(&new).await?,
                 }
             }
             Prepared::Refund(refund) => refunds::answer(

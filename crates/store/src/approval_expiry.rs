@@ -1,0 +1,41 @@
+//! Approvals nobody gave: operations still AWAITING_APPROVAL past their
+//! `approval_expires_at` become FAILED ("approval expired"), audited, a batch at a time.
+//! They were never enqueued, so nothing was ever sent for them.
+
+use uuid::Uuid;
+
+use crate::error::StoreError;
+use crate::pool::Store;
+
+const EXPIRE_APPROVALS: &str = "
+WITH due AS (
+    SELECT operation_id FROM operations
+    WHERE status = 'AWAITING_APPROVAL' AND approval_expires_at <= now()
+    ORDER BY approval_expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), expired AS (
+    UPDATE operations op
+    SET status = 'FAILED', last_error = 'approval expired', approval_expires_at = NULL,
+        updated_at = now()
+    FROM due
+    WHERE op.operation_id = due.operation_id AND op.status = 'AWAITING_APPROVAL'
+    RETURNING op.operation_id, op.agent_id
+), audit AS (
+    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
+    SELECT operation_id, agent_id, 'AWAITING_APPROVAL', 'FAILED', $1,
+           'approval expired: no operator decided in time'
+    FROM expired
+)
+SELECT operation_id FROM expired";
+
+impl Store {
+    /// Fails up to `batch` operations whose approval expired; returns their ids.
+    #[tracing::instrument(level = "debug", name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
+    pub async fn expire_approvals(&self, actor: &str, batch: i64) -> Result<Vec<Uuid>, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(EXPIRE_APPROVALS).await?;
+        let rows = client.query(&statement, &[&actor, &batch]).await?;
+        Ok(rows.iter().map(|row| row.get("operation_id")).collect())
+    }
+}
