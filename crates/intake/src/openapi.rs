@@ -7,7 +7,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::problem::Problem;
-use crate::routes::{admin, create, health, operations, payments, refunds};
+use crate::routes::{admin, approvals, create, health, operations, payments, refunds};
 use crate::view::OperationView;
 
 #[derive(OpenApi)]
@@ -27,12 +27,12 @@ head 431, and a head that does not arrive in time 408, each with an empty body."
         admin::list_operations,
         admin::show_operation,
         admin::resolve_operation,
-        admin::approve_operation,
-        admin::reject_operation,
+        approvals::approve_operation,
+        approvals::reject_operation,
         health::healthz,
         health::readyz,
     ),
-    components(schemas(create::OperationBody, payments::PaymentBody, refunds::RefundBody, OperationView, Problem, admin::AdminOperation, admin::AdminOperationDetail, admin::ResolveBody, admin::ApproveBody, admin::RejectBody)),
+    components(schemas(create::OperationBody, payments::PaymentBody, refunds::RefundBody, OperationView, Problem, admin::AdminOperation, admin::AdminOperationDetail, admin::ResolveBody, approvals::ApproveBody, approvals::RejectBody)),
     modifiers(&AgentKeyScheme),
 )]
 pub struct ApiDoc;

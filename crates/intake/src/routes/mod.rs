@@ -1,6 +1,7 @@
 //! HTTP routes of intake, one file per resource.
 
 pub mod admin;
+pub mod approvals;
 pub mod create;
 pub mod health;
 pub mod operations;
