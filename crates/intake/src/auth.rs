@@ -1,6 +1,7 @@
 //! Bearer-key authentication. The key id finds the agent (or operator) row; the key's
-//! SHA-256 is compared with the stored hash in constant time. Missing, unknown and
-//! revoked keys all get the same 401. A valid key of the wrong kind gets 403: agent
+//! SHA-256 is compared with the stored hash in constant time. An agent's key id is its
+//! current one or, until the grace period of its last rotation ends, the previous one.
+//! Missing, unknown, expired and revoked keys all get the same 401. A valid key of the wrong kind gets 403: agent
 //! keys cannot reach `/admin`, operator keys cannot act as agents. A request that
 //! carries `Authorization` more than once is refused with 400 before any of its values
 //! is read: which one counts is what a proxy and intake could disagree on.
@@ -102,12 +103,15 @@ async fn verified_agent(
     let Some(context) = found else {
         return Ok(None);
     };
-    Ok(key.matches_hash(&context.agent.api_key_hash).then(|| {
+    // The hash of the key this key id names: the agent's current key or, during a
+    // rotation's grace period, its previous one. Every request is verified here against
+    // the row just read; the rate limiter's cache only counts.
+    Ok(key.matches_hash(&context.presented_key_hash).then(|| {
         let agent = AuthenticatedAgent {
             agent_id: context.agent.agent_id,
             policy: context.agent.policy,
         };
-        (agent, context.existing, context.agent.api_key_hash)
+        (agent, context.existing, context.presented_key_hash)
     }))
 }
 

@@ -5,16 +5,21 @@
 
 use uuid::Uuid;
 
-use crate::agents::{agent_columns, agent_from_row, AgentRecord};
+use crate::agents::{
+    agent_columns, agent_from_row, key_id_accepted, presented_key_hash, AgentRecord,
+};
 use crate::error::StoreError;
 use crate::operations::{operation_columns, operation_from_row, OperationRecord};
 use crate::pool::Store;
 
-/// Found by key id; the caller must still verify the key against `agent.api_key_hash`
+/// Found by key id; the caller must still verify the key against `presented_key_hash`
 /// before using either part.
 #[derive(Debug, Clone)]
 pub struct AgentRequestContext {
     pub agent: AgentRecord,
+    /// The stored hash of the key the key id names: the agent's current key, or its
+    /// previous key while that is in its grace period.
+    pub presented_key_hash: String,
     /// The operation this agent registered under the presented Idempotency-Key.
     pub existing: Option<OperationRecord>,
 }
@@ -22,25 +27,34 @@ pub struct AgentRequestContext {
 /// The operation is read by the unique (agent_id, idempotency_key) with both values
 /// known before the scan (the agent's id from an InitPlan), so its index condition
 /// always holds both columns; as a join against `a`, a plan made on an empty table
-/// matched only the key and walked the agent's entries.
+/// matched only the key and walked the agent's entries. The key id is the agent's
+/// current one or, until it expires, the one its last rotation replaced
+/// (`key_id_accepted!`); both are uniquely indexed, so either lookup is a BitmapOr of
+/// two index probes.
 pub(crate) const AGENT_WITH_EXISTING_OPERATION: &str = concat!(
     "SELECT ",
     agent_columns!("a.", "agent_"),
+    ", ",
+    presented_key_hash!("a."),
     ", existing.*
      FROM agents a
      LEFT JOIN (
          SELECT ",
     operation_columns!(),
     " FROM operations
-         WHERE agent_id = (SELECT agent_id FROM agents WHERE key_id = $1)
+         WHERE agent_id = (SELECT agent_id FROM agents WHERE ",
+    key_id_accepted!(""),
+    ")
            AND idempotency_key = $2
      ) existing ON true
-     WHERE a.key_id = $1 AND a.revoked_at IS NULL"
+     WHERE ",
+    key_id_accepted!("a.")
 );
 
 impl Store {
-    /// The active agent holding this key id and, when an Idempotency-Key is given, the
-    /// operation it already names. `None` when no active agent has the key id.
+    /// The active agent holding this key id (current, or previous within its grace
+    /// period) and, when an Idempotency-Key is given, the operation it already names.
+    /// `None` when no active agent accepts the key id.
     #[tracing::instrument(name = "SELECT agents", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "agents"))]
     pub async fn find_agent_request_context(
         &self,
@@ -60,6 +74,10 @@ impl Store {
             Some(_) => Some(operation_from_row(&row)?),
             None => None,
         };
-        Ok(Some(AgentRequestContext { agent, existing }))
+        Ok(Some(AgentRequestContext {
+            agent,
+            presented_key_hash: row.get("presented_key_hash"),
+            existing,
+        }))
     }
 }

@@ -1,12 +1,14 @@
 //! The `agents` table: credentials (the hash of each key, never the key) and policy.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use opgate_domain::{AgentPolicy, KindName, RateLimit};
 use rust_decimal::Decimal;
 use tokio_postgres::Row;
 
+use crate::agent_request::AgentRequestContext;
 use crate::error::StoreError;
 use crate::pool::Store;
 
@@ -25,6 +27,32 @@ pub struct AgentRecord {
     pub policy: AgentPolicy,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// The key id replaced by the last rotation, still accepted until
+    /// `previous_key_expires_at` (both `None` when no grace period is running or was
+    /// given).
+    pub previous_key_id: Option<String>,
+    pub previous_key_expires_at: Option<DateTime<Utc>>,
+}
+
+/// What `update_agent` changes: each `Some` replaces that setting, each `None` keeps it.
+#[derive(Debug, Clone, Default)]
+pub struct AgentUpdate {
+    pub allowed_operations: Option<Vec<KindName>>,
+    pub max_amounts: Option<BTreeMap<String, Decimal>>,
+    pub daily_budgets: Option<BTreeMap<String, Decimal>>,
+    pub approval_above: Option<BTreeMap<String, Decimal>>,
+    /// `Some(None)` removes the rate limit.
+    pub rate_limit: Option<Option<RateLimit>>,
+}
+
+impl AgentUpdate {
+    pub fn is_empty(&self) -> bool {
+        self.allowed_operations.is_none()
+            && self.max_amounts.is_none()
+            && self.daily_budgets.is_none()
+            && self.approval_above.is_none()
+            && self.rate_limit.is_none()
+    }
 }
 
 /// The columns `agent_from_row` reads: `agent_columns!("a.", "agent_")` selects
@@ -75,11 +103,57 @@ macro_rules! agent_columns {
             $table,
             "revoked_at AS ",
             $alias,
-            "revoked_at"
+            "revoked_at, ",
+            $table,
+            "previous_key_id AS ",
+            $alias,
+            "previous_key_id, ",
+            $table,
+            "previous_key_expires_at AS ",
+            $alias,
+            "previous_key_expires_at"
         )
     };
 }
 pub(crate) use agent_columns;
+
+/// The condition under which the key id `$1` names the agent row `$table`: its current
+/// key id, or its previous one until that expires; never for a revoked agent. Both
+/// columns are uniquely indexed, so this is a BitmapOr of two index probes.
+macro_rules! key_id_accepted {
+    ($table:literal) => {
+        concat!(
+            "(",
+            $table,
+            "key_id = $1 OR (",
+            $table,
+            "previous_key_id = $1 AND ",
+            $table,
+            "previous_key_expires_at > now())) AND ",
+            $table,
+            "revoked_at IS NULL"
+        )
+    };
+}
+pub(crate) use key_id_accepted;
+
+/// The stored hash of the key that the key id `$1` names on the row `$table` (the
+/// current key's or the previous one's), for the caller to verify the presented key
+/// against; selected as `presented_key_hash`.
+macro_rules! presented_key_hash {
+    ($table:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $table,
+            "key_id = $1 THEN ",
+            $table,
+            "api_key_hash ELSE ",
+            $table,
+            "previous_key_hash END AS presented_key_hash"
+        )
+    };
+}
+pub(crate) use presented_key_hash;
 
 const AGENT_COLUMNS: &str = agent_columns!("", "");
 
@@ -90,6 +164,37 @@ const INSERT_AGENT: &str =
 
 const REVOKE_AGENT: &str =
     "UPDATE agents SET revoked_at = now() WHERE agent_id = $1 AND revoked_at IS NULL";
+
+/// Each non-NULL parameter replaces its setting; `$6` says whether the rate limit
+/// (`$7`, `$8`, NULL for none) is replaced. Only an active agent is changed.
+const UPDATE_AGENT: &str = concat!(
+    "UPDATE agents SET \
+         allowed_operations = COALESCE($2::text[], allowed_operations), \
+         max_amounts = COALESCE($3::jsonb, max_amounts), \
+         daily_budgets = COALESCE($4::jsonb, daily_budgets), \
+         approval_above = COALESCE($5::jsonb, approval_above), \
+         rate_limit = CASE WHEN $6::boolean THEN $7::text ELSE rate_limit END, \
+         rate_limit_burst = CASE WHEN $6::boolean THEN $8::integer ELSE rate_limit_burst END \
+     WHERE agent_id = $1 AND revoked_at IS NULL \
+     RETURNING ",
+    agent_columns!("", "")
+);
+
+/// The new key ($2, $3) replaces the current one, which stays accepted for `$4`
+/// milliseconds when `$4` > 0 (replacing any previous key still in its grace period)
+/// and is forgotten at once otherwise. SET expressions read the row as it was. A new
+/// key id that is some agent's previous key id is refused, so that a key id never
+/// names two agents.
+const ROTATE_AGENT_KEY: &str = "UPDATE agents SET \
+         previous_key_id = CASE WHEN $4::bigint > 0 THEN key_id END, \
+         previous_key_hash = CASE WHEN $4::bigint > 0 THEN api_key_hash END, \
+         previous_key_expires_at = \
+             CASE WHEN $4::bigint > 0 THEN now() + $4::bigint * interval '1 millisecond' END, \
+         key_id = $2, \
+         api_key_hash = $3 \
+     WHERE agent_id = $1 AND revoked_at IS NULL \
+       AND NOT EXISTS (SELECT 1 FROM agents WHERE previous_key_id = $2) \
+     RETURNING previous_key_expires_at";
 
 impl Store {
     /// Fails with `AgentExists` when the id is taken (revoked agents keep their id).
@@ -127,22 +232,14 @@ impl Store {
         Ok(())
     }
 
-    #[tracing::instrument(name = "SELECT agents", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "agents"))]
+    /// The active agent whose current key id, or previous key id within its grace
+    /// period, is `key_id`, with the stored hash of that key (`presented_key_hash`) for
+    /// the caller to verify. The same single read as `find_agent_request_context`.
     pub async fn find_active_agent_by_key_id(
         &self,
         key_id: &str,
-    ) -> Result<Option<AgentRecord>, StoreError> {
-        let client = self.client().await?;
-        let statement = client
-            .prepare_cached(&format!(
-                "SELECT {AGENT_COLUMNS} FROM agents WHERE key_id = $1 AND revoked_at IS NULL"
-            ))
-            .await?;
-        client
-            .query_opt(&statement, &[&key_id])
-            .await?
-            .map(|row| agent_from_row(&row, ""))
-            .transpose()
+    ) -> Result<Option<AgentRequestContext>, StoreError> {
+        self.find_agent_request_context(key_id, None).await
     }
 
     #[tracing::instrument(name = "SELECT agents", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "agents"))]
@@ -164,6 +261,65 @@ impl Store {
     pub async fn revoke_agent(&self, agent_id: &str) -> Result<bool, StoreError> {
         let client = self.client().await?;
         Ok(client.execute(REVOKE_AGENT, &[&agent_id]).await? == 1)
+    }
+
+    /// Replaces the settings `update` gives, in one conditional UPDATE; the agent as
+    /// it now is, or `None` when no active agent has this id. Intake reads an agent's
+    /// policy with every request (rate limits within its cache's refresh period).
+    #[tracing::instrument(name = "UPDATE agents", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "agents"))]
+    pub async fn update_agent(
+        &self,
+        agent_id: &str,
+        update: &AgentUpdate,
+    ) -> Result<Option<AgentRecord>, StoreError> {
+        let allowed: Option<Vec<&str>> = update
+            .allowed_operations
+            .as_ref()
+            .map(|kinds| kinds.iter().map(|kind| kind.as_str()).collect());
+        let max_amounts = update.max_amounts.as_ref().map(amounts_json);
+        let daily_budgets = update.daily_budgets.as_ref().map(amounts_json);
+        let approval_above = update.approval_above.as_ref().map(amounts_json);
+        let rate_limit = update.rate_limit.flatten();
+        let client = self.client().await?;
+        client
+            .query_opt(
+                UPDATE_AGENT,
+                &[
+                    &agent_id,
+                    &allowed,
+                    &max_amounts,
+                    &daily_budgets,
+                    &approval_above,
+                    &update.rate_limit.is_some(),
+                    &rate_limit.map(|r| r.to_string()),
+                    &rate_limit.map(|r| r.burst() as i32),
+                ],
+            )
+            .await?
+            .map(|row| agent_from_row(&row, ""))
+            .transpose()
+    }
+
+    /// Gives an active agent a new key (its id and SHA-256); the old key stays
+    /// accepted for `grace` (none: it stops at once). `None` when no active agent has
+    /// this id; otherwise when the old key stops being accepted, if later than now.
+    #[tracing::instrument(name = "UPDATE agents", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "agents"))]
+    pub async fn rotate_agent_key(
+        &self,
+        agent_id: &str,
+        key_id: &str,
+        api_key_hash: &str,
+        grace: Duration,
+    ) -> Result<Option<Option<DateTime<Utc>>>, StoreError> {
+        let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        let client = self.client().await?;
+        Ok(client
+            .query_opt(
+                ROTATE_AGENT_KEY,
+                &[&agent_id, &key_id, &api_key_hash, &grace_ms],
+            )
+            .await?
+            .map(|row| row.get(0)))
     }
 }
 
@@ -225,6 +381,8 @@ pub(crate) fn agent_from_row(row: &Row, alias: &str) -> Result<AgentRecord, Stor
         },
         created_at: row.get(column("created_at").as_str()),
         revoked_at: row.get(column("revoked_at").as_str()),
+        previous_key_id: row.get(column("previous_key_id").as_str()),
+        previous_key_expires_at: row.get(column("previous_key_expires_at").as_str()),
         agent_id,
     })
 }

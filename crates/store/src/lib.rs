@@ -24,7 +24,7 @@ mod registration_batch;
 mod stats;
 
 pub use agent_request::AgentRequestContext;
-pub use agents::{AgentRecord, NewAgent};
+pub use agents::{AgentRecord, AgentUpdate, NewAgent};
 pub use audit::{OperationEvent, PipelineCounts};
 pub use budgets::BudgetedRegistration;
 pub use error::StoreError;
