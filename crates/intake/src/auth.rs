@@ -53,7 +53,13 @@ pub async fn authenticate_with_existing(
                 .await?
                 .ok_or_else(Problem::unauthenticated)?;
             if let Some(limiters) = limiters {
-                limiters.after_read(&key, &api_key_hash, agent.policy.rate_limit, admission)?;
+                limiters.after_read(
+                    &key,
+                    &api_key_hash,
+                    &agent.agent_id,
+                    agent.policy.rate_limit,
+                    admission,
+                )?;
             }
             Ok((agent, existing))
         }

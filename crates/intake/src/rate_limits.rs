@@ -3,8 +3,9 @@
 //! again once `REFRESH_AFTER` has passed, so that a changed limit takes effect); after
 //! that, each request's key is checked against the cached hash in memory and counted
 //! against the agent's GCRA limiter (`governor`). Only valid keys spend an agent's
-//! allowance, so another party knowing its key id cannot exhaust it. Each replica counts
-//! on its own: N replicas admit up to N times the limit.
+//! allowance, so another party knowing its key id cannot exhaust it. An agent's keys
+//! (its current one and, during a rotation's grace, its previous one) share one
+//! allowance. Each replica counts on its own: N replicas admit up to N times the limit.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,11 +24,23 @@ const REFRESH_AFTER: Duration = Duration::from_secs(30);
 
 type Limiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
 
-struct Entry {
+/// What is known of one key: whose it is, and when that was read.
+struct KeyEntry {
     api_key_hash: String,
+    agent_id: String,
+    read_at: Instant,
+}
+
+/// One agent's limit and what is left of it, shared by all its keys.
+struct AgentEntry {
     limit: Option<RateLimit>,
     limiter: Option<Arc<Limiter>>,
-    read_at: Instant,
+}
+
+#[derive(Default)]
+struct Entries {
+    by_key_id: HashMap<String, KeyEntry>,
+    by_agent_id: HashMap<String, AgentEntry>,
 }
 
 /// What the cache could say before the database was asked.
@@ -41,7 +54,7 @@ pub enum Admission {
 
 #[derive(Clone, Default)]
 pub struct AgentLimiters {
-    by_key_id: Arc<Mutex<HashMap<String, Entry>>>,
+    entries: Arc<Mutex<Entries>>,
 }
 
 impl AgentLimiters {
@@ -49,57 +62,59 @@ impl AgentLimiters {
     /// agent is over it.
     pub fn admit_cached(&self, key: &ApiKey) -> Result<Admission, Problem> {
         let limiter = {
-            let entries = self.by_key_id.lock().unwrap_or_else(|e| e.into_inner());
-            match entries.get(key.key_id()) {
-                Some(entry)
-                    if entry.read_at.elapsed() < REFRESH_AFTER
-                        && key.matches_hash(&entry.api_key_hash) =>
-                {
-                    match (&entry.limiter, entry.limit) {
-                        (Some(limiter), Some(limit)) => Some((limiter.clone(), limit)),
-                        _ => return Ok(Admission::Admitted),
-                    }
-                }
-                _ => None,
+            let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            let known = entries.by_key_id.get(key.key_id()).filter(|entry| {
+                entry.read_at.elapsed() < REFRESH_AFTER && key.matches_hash(&entry.api_key_hash)
+            });
+            let Some(known) = known else {
+                return Ok(Admission::Unknown);
+            };
+            match entries.by_agent_id.get(&known.agent_id) {
+                Some(AgentEntry {
+                    limiter: Some(limiter),
+                    limit: Some(limit),
+                }) => (limiter.clone(), *limit),
+                Some(_) => return Ok(Admission::Admitted),
+                None => return Ok(Admission::Unknown),
             }
         };
-        match limiter {
-            Some((limiter, limit)) => check(&limiter, limit).map(|()| Admission::Admitted),
-            None => Ok(Admission::Unknown),
-        }
+        check(&limiter.0, limiter.1).map(|()| Admission::Admitted)
     }
 
-    /// After the database authenticated the key: remember the agent's limit and, if
-    /// the cache could not count this request, count it now.
+    /// After the database authenticated the key as `agent_id`'s: remember the agent's
+    /// limit and, if the cache could not count this request, count it now.
     pub fn after_read(
         &self,
         key: &ApiKey,
         api_key_hash: &str,
+        agent_id: &str,
         limit: Option<RateLimit>,
         admission: Admission,
     ) -> Result<(), Problem> {
         let limiter = {
-            let mut entries = self.by_key_id.lock().unwrap_or_else(|e| e.into_inner());
-            let entry = entries
-                .entry(key.key_id().to_owned())
-                .or_insert_with(|| Entry {
+            let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            entries.by_key_id.insert(
+                key.key_id().to_owned(),
+                KeyEntry {
                     api_key_hash: api_key_hash.to_owned(),
+                    agent_id: agent_id.to_owned(),
+                    read_at: Instant::now(),
+                },
+            );
+            let agent = entries
+                .by_agent_id
+                .entry(agent_id.to_owned())
+                .or_insert(AgentEntry {
                     limit: None,
                     limiter: None,
-                    read_at: Instant::now(),
                 });
-            // A changed limit (or key) starts a fresh limiter; an unchanged one keeps
-            // its state, so a refresh grants no extra burst.
-            if entry.limit != limit
-                || entry.api_key_hash != api_key_hash
-                || entry.limiter.is_none() && limit.is_some()
-            {
-                entry.limiter = limit.map(|limit| Arc::new(limiter_for(limit)));
-                entry.limit = limit;
-                entry.api_key_hash = api_key_hash.to_owned();
+            // A changed limit starts a fresh limiter; an unchanged one keeps its state,
+            // so a refresh grants no extra burst.
+            if agent.limit != limit || (agent.limiter.is_none() && limit.is_some()) {
+                agent.limiter = limit.map(|limit| Arc::new(limiter_for(limit)));
+                agent.limit = limit;
             }
-            entry.read_at = Instant::now();
-            entry.limiter.clone().zip(entry.limit)
+            agent.limiter.clone().zip(agent.limit)
         };
         match (admission, limiter) {
             (Admission::Unknown, Some((limiter, limit))) => check(&limiter, limit),
@@ -138,7 +153,13 @@ mod tests {
         let limit = RateLimit::parse("1/m", Some(3)).unwrap();
         assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Unknown);
         limiters
-            .after_read(&key, &key.hash(), Some(limit), Admission::Unknown)
+            .after_read(
+                &key,
+                &key.hash(),
+                "agent-1",
+                Some(limit),
+                Admission::Unknown,
+            )
             .unwrap();
         assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Admitted);
         assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Admitted);
@@ -147,11 +168,41 @@ mod tests {
     }
 
     #[test]
+    fn an_agents_keys_share_one_allowance() {
+        let limiters = AgentLimiters::default();
+        let (old, new) = (
+            ApiKey::generate(KeyKind::Agent),
+            ApiKey::generate(KeyKind::Agent),
+        );
+        let limit = RateLimit::parse("1/m", Some(2)).unwrap();
+        limiters
+            .after_read(
+                &old,
+                &old.hash(),
+                "agent-3",
+                Some(limit),
+                Admission::Unknown,
+            )
+            .unwrap();
+        limiters
+            .after_read(
+                &new,
+                &new.hash(),
+                "agent-3",
+                Some(limit),
+                Admission::Unknown,
+            )
+            .unwrap();
+        assert_eq!(limiters.admit_cached(&old).unwrap_err().status, 429);
+        assert_eq!(limiters.admit_cached(&new).unwrap_err().status, 429);
+    }
+
+    #[test]
     fn a_wrong_secret_spends_nothing_and_no_limit_admits_all() {
         let limiters = AgentLimiters::default();
         let key = ApiKey::generate(KeyKind::Agent);
         limiters
-            .after_read(&key, &key.hash(), None, Admission::Unknown)
+            .after_read(&key, &key.hash(), "agent-2", None, Admission::Unknown)
             .unwrap();
         for _ in 0..100 {
             assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Admitted);
