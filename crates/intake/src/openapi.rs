@@ -1,6 +1,7 @@
 //! The OpenAPI document, generated from the handlers' annotations and served at
-//! `/openapi.json`, with a path of its own for each declared kind whose request body is
-//! the kind's schema from the catalog (the same schema that validates it).
+//! `/openapi.json`, with a path of its own for each kind, built in or declared, whose
+//! request body is the kind's schema (for a declared kind, the catalog's: the same
+//! schema that validates it).
 
 use opgate_catalog::Catalog;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -41,20 +42,37 @@ pub struct ApiDoc;
 pub fn document(catalog: &Catalog) -> serde_json::Value {
     let mut document = serde_json::to_value(ApiDoc::openapi()).expect("OpenAPI serialises");
     let generic = document["paths"]["/agent/operations/{kind}"]["post"].clone();
-    for kind in catalog.kinds() {
+    let builtin = [
+        (
+            "payment",
+            "Charge a customer: one payment per invoice.",
+            "PaymentBody",
+        ),
+        (
+            "refund",
+            "Give back all or part of one of this agent's SUCCEEDED payments.",
+            "RefundBody",
+        ),
+    ]
+    .map(|(name, summary, body)| {
+        let schema = serde_json::json!({ "$ref": format!("#/components/schemas/{body}") });
+        (name.to_owned(), summary.to_owned(), schema)
+    });
+    let declared = catalog.kinds().map(|kind| {
+        let name = kind.name().to_string();
+        (name, kind.description().to_owned(), kind.schema().clone())
+    });
+    for (name, summary, schema) in builtin.into_iter().chain(declared) {
         let mut post = generic.clone();
         if let Some(post) = post.as_object_mut() {
-            post.insert("summary".into(), kind.description().into());
-            post.insert(
-                "operationId".into(),
-                format!("create_{}", kind.name()).into(),
-            );
+            post.insert("summary".into(), summary.into());
+            post.insert("operationId".into(), format!("create_{name}").into());
             if let Some(parameters) = post.get_mut("parameters").and_then(|p| p.as_array_mut()) {
                 parameters.retain(|p| p["name"] != "kind");
             }
         }
-        post["requestBody"]["content"]["application/json"]["schema"] = kind.schema().clone();
-        document["paths"][format!("/agent/operations/{}", kind.name())] =
+        post["requestBody"]["content"]["application/json"]["schema"] = schema;
+        document["paths"][format!("/agent/operations/{name}")] =
             serde_json::json!({ "post": post });
     }
     document
