@@ -163,6 +163,34 @@ impl<'de> Visitor<'de> for UniqueMembersVisitor {
     }
 }
 
+/// For a declared kind, whose body is read as a JSON value (numbers through f64): the
+/// top-level member `name`, if it is a number, must survive that reading digit for
+/// digit, or the amount charged would not be the amount sent. Strings always do.
+pub fn require_exact_number(body: &[u8], name: &str) -> Result<(), Problem> {
+    let members: std::collections::HashMap<String, Box<RawValue>> =
+        serde_json::from_slice(body).map_err(json_problem)?;
+    let Some(raw) = members.get(name) else {
+        return Ok(());
+    };
+    let text = raw.get().trim();
+    if !text.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+        return Ok(());
+    }
+    let as_read: serde_json::Number = serde_json::from_str(text).map_err(json_problem)?;
+    let exact = |t: &str| {
+        t.parse::<rust_decimal::Decimal>()
+            .ok()
+            .map(|d| d.normalize())
+    };
+    if exact(text).is_some() && exact(text) == exact(&as_read.to_string()) {
+        Ok(())
+    } else {
+        Err(Problem::invalid_body(format!(
+            "{name}: the number {text} cannot be read exactly; send it as a string (\"{text}\")"
+        )))
+    }
+}
+
 /// A JSON amount exactly as sent: a string's content, or a number's own digits (never
 /// through a binary float: `9007199254740993.01` stays that).
 pub fn amount_text(raw: &RawValue) -> Result<String, Problem> {

@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::auth::authenticate_with_existing;
-use crate::body::{parse_object_value, read_body, require_json_content_type};
+use crate::body::{parse_object_value, read_body, require_exact_number, require_json_content_type};
 use crate::headers::single_header;
 use crate::problem::Problem;
 use crate::routes::operations::respond;
@@ -128,6 +128,11 @@ pub async fn create_operation(
             Prepared::Refund(refunds::prepare(&body, &state.store, &agent.agent_id).await?)
         }
         Kind::Declared(declared) => {
+            if let Some(money) = declared.money() {
+                // A JSON pointer to a top-level member: "/total" names "total".
+                let member = money.amount.trim_start_matches('/');
+                require_exact_number(&body, &member.replace("~1", "/").replace("~0", "~"))?;
+            }
             let request = declared
                 .validate(&parse_object_value(&body)?)
                 .map_err(|e| Problem::invalid_body(e.to_string()))?;
