@@ -77,7 +77,6 @@ async fn a_failed_payment_frees_its_headroom_and_refunds_do_not_spend() {
     let key = db.create_agent("spender", &BUDGETED);
     let sim = ProviderSim::start(&[]).await;
     let intake = Intake::start(&db.url).await;
-    let _executor = Executor::start(&db.url, &sim.base_url, &[]).await;
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for i in 0..4 {
@@ -90,6 +89,8 @@ async fn a_failed_payment_frees_its_headroom_and_refunds_do_not_spend() {
     pay(&client, &intake, &key, "cus_ok", "sixth")
         .await
         .assert_problem(403);
+    // Only now is anything executed, so the decline cannot have failed before "sixth".
+    let _executor = Executor::start(&db.url, &sim.base_url, &[]).await;
 
     let declined: Uuid = declined.operation_id().parse().unwrap();
     opgate_e2e::eventually(Duration::from_secs(20), "the decline to fail", || async {

@@ -9,6 +9,7 @@ use rust_decimal::Decimal;
 use tokio_postgres::Row;
 
 use crate::agent_request::AgentRequestContext;
+use crate::budgets::{CLEAR_SPEND, REFILL_SPEND};
 use crate::error::StoreError;
 use crate::pool::Store;
 
@@ -280,8 +281,11 @@ impl Store {
         let daily_budgets = update.daily_budgets.as_ref().map(amounts_json);
         let approval_above = update.approval_above.as_ref().map(amounts_json);
         let rate_limit = update.rate_limit.flatten();
-        let client = self.client().await?;
-        client
+        let mut client = self.client().await?;
+        // One transaction: the update locks the agent's row, so the spending that a new
+        // budget starts from is rebuilt before any budgeted registration reads it.
+        let transaction = client.transaction().await?;
+        let updated = transaction
             .query_opt(
                 UPDATE_AGENT,
                 &[
@@ -297,7 +301,13 @@ impl Store {
             )
             .await?
             .map(|row| agent_from_row(&row, ""))
-            .transpose()
+            .transpose()?;
+        if updated.is_some() && daily_budgets.is_some() {
+            transaction.execute(CLEAR_SPEND, &[&agent_id]).await?;
+            transaction.execute(REFILL_SPEND, &[&agent_id]).await?;
+        }
+        transaction.commit().await?;
+        Ok(updated)
     }
 
     /// Gives an active agent a new key (its id and SHA-256); the old key stays

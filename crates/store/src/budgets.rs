@@ -31,12 +31,43 @@ pub enum BudgetedRegistration {
 /// blocking its other inserts (which take KEY SHARE on the row through the foreign key).
 const LOCK_AGENT: &str = "SELECT 1 FROM agents WHERE agent_id = $1 FOR NO KEY UPDATE";
 
-/// Read after the lock, so every registration committed before it is counted.
+/// Read after the lock, so every registration committed before it is counted: at most
+/// 25 hourly rows (the last 24 hours, rounded out to whole hours).
 const SPENT_IN_WINDOW: &str = "
-SELECT COALESCE(sum(amount), 0) AS spent, min(created_at) + interval '24 hours' AS frees_at
-FROM operations
-WHERE agent_id = $1 AND currency = $2 AND amount IS NOT NULL AND operation_type <> 'refund'
-  AND status <> 'FAILED' AND created_at > now() - interval '24 hours'";
+SELECT COALESCE(sum(amount), 0) AS spent,
+       (min(hour) FILTER (WHERE amount > 0) + interval '25 hours') AT TIME ZONE 'UTC' AS frees_at
+FROM agent_spend
+WHERE agent_id = $1 AND currency = $2
+  AND hour >= date_trunc('hour', (now() - interval '24 hours') AT TIME ZONE 'UTC')";
+
+/// Counts the amount in this hour's row, and marks the operation as counted (so that
+/// it gives the amount back if it fails: migration V10's trigger).
+const RECORD_SPEND: &str = "
+WITH counted AS (
+    UPDATE operations SET counted_in_budget = true
+    WHERE operation_id = $4 AND agent_id = $1
+)
+INSERT INTO agent_spend (agent_id, currency, hour, amount)
+VALUES ($1, $2, date_trunc('hour', now() AT TIME ZONE 'UTC'), $3)
+ON CONFLICT (agent_id, currency, hour) DO UPDATE SET amount = agent_spend.amount + EXCLUDED.amount";
+
+/// When a budget is set or changed: the agent's hourly spending rebuilt from its
+/// operations in the window (money-moving, not refunds, not FAILED), each marked as
+/// counted. Run with the agent's row locked, so no budgeted registration interleaves.
+pub(crate) const CLEAR_SPEND: &str = "DELETE FROM agent_spend WHERE agent_id = $1";
+pub(crate) const REFILL_SPEND: &str = "
+WITH window_ops AS (
+    UPDATE operations SET counted_in_budget = true
+    WHERE agent_id = $1 AND amount IS NOT NULL AND operation_type <> 'refund'
+      AND status <> 'FAILED'
+      AND created_at >= date_trunc('hour', (now() - interval '24 hours') AT TIME ZONE 'UTC')
+                        AT TIME ZONE 'UTC'
+    RETURNING agent_id, currency, created_at, amount
+)
+INSERT INTO agent_spend (agent_id, currency, hour, amount)
+SELECT agent_id, currency, date_trunc('hour', created_at AT TIME ZONE 'UTC'), sum(amount)
+FROM window_ops
+GROUP BY 1, 2, 3";
 
 impl Store {
     #[tracing::instrument(name = "INSERT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "operations", opgate.budgeted = true))]
@@ -79,7 +110,8 @@ impl Store {
                 frees_at: window.get("frees_at"),
             });
         }
-        let money = Some((money.amount(), currency.to_owned()));
+        let spent_now = money.amount();
+        let money = Some((spent_now, currency.to_owned()));
         let inserted = insert_operation(
             &transaction,
             new,
@@ -97,9 +129,16 @@ impl Store {
                 self.register_operation(new).await?,
             ));
         };
+        let record = operation_from_row(&row)?;
+        transaction
+            .execute(
+                RECORD_SPEND,
+                &[&new.agent_id, &currency, &spent_now, &record.operation_id],
+            )
+            .await?;
         transaction.commit().await?;
         Ok(BudgetedRegistration::Registered(Registration::Created(
-            operation_from_row(&row)?,
+            record,
         )))
     }
 }
