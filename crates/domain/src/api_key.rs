@@ -36,6 +36,9 @@ pub struct ApiKey {
     kind: KeyKind,
     key_id: String,
     full: String,
+    /// Computed once: a request compares it with the rate limiter's cached hash and
+    /// with the stored one.
+    hash: String,
 }
 
 impl std::fmt::Debug for ApiKey {
@@ -54,7 +57,7 @@ impl ApiKey {
         let (id, secret) = bytes.split_at(KEY_ID_HEX / 2);
         let key_id = hex::encode(id);
         let full = format!("{}{key_id}_{}", kind.prefix(), hex::encode(secret));
-        Self { kind, key_id, full }
+        Self::new(kind, key_id, full)
     }
 
     pub fn parse(raw: &str) -> Result<Self, ApiKeyError> {
@@ -71,11 +74,17 @@ impl ApiKey {
         if !is_hex(key_id, KEY_ID_HEX) || !is_hex(secret, SECRET_HEX) {
             return Err(ApiKeyError);
         }
-        Ok(Self {
+        Ok(Self::new(kind, key_id.to_owned(), raw.to_owned()))
+    }
+
+    fn new(kind: KeyKind, key_id: String, full: String) -> Self {
+        let hash = hex::encode(Sha256::digest(full.as_bytes()));
+        Self {
             kind,
-            key_id: key_id.to_owned(),
-            full: raw.to_owned(),
-        })
+            key_id,
+            full,
+            hash,
+        }
     }
 
     pub fn kind(&self) -> KeyKind {
@@ -88,13 +97,13 @@ impl ApiKey {
 
     /// The lowercase hex SHA-256 of the whole key: what storage keeps.
     pub fn hash(&self) -> String {
-        hex::encode(Sha256::digest(self.full.as_bytes()))
+        self.hash.clone()
     }
 
     /// Compares this key's hash with a stored one without leaking, through timing,
     /// how many leading characters matched.
     pub fn matches_hash(&self, stored_hash: &str) -> bool {
-        self.hash().as_bytes().ct_eq(stored_hash.as_bytes()).into()
+        self.hash.as_bytes().ct_eq(stored_hash.as_bytes()).into()
     }
 
     /// The key as text, for printing once at creation. Never log it.

@@ -8,7 +8,6 @@ use opgate_domain::{AgentPolicy, KindName, RateLimit};
 use rust_decimal::Decimal;
 use tokio_postgres::Row;
 
-use crate::agent_request::AgentRequestContext;
 use crate::budgets::{CLEAR_SPEND, REFILL_SPEND};
 use crate::error::StoreError;
 use crate::pool::Store;
@@ -231,16 +230,6 @@ impl Store {
             return Err(StoreError::AgentExists(agent.agent_id.to_owned()));
         }
         Ok(())
-    }
-
-    /// The active agent whose current key id, or previous key id within its grace
-    /// period, is `key_id`, with the stored hash of that key (`presented_key_hash`) for
-    /// the caller to verify. The same single read as `find_agent_request_context`.
-    pub async fn find_active_agent_by_key_id(
-        &self,
-        key_id: &str,
-    ) -> Result<Option<AgentRequestContext>, StoreError> {
-        self.find_agent_request_context(key_id, None).await
     }
 
     #[tracing::instrument(name = "SELECT agents", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "agents"))]
