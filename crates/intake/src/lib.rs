@@ -9,9 +9,12 @@ mod fallback;
 mod group_commit;
 mod headers;
 mod http_span;
+mod listing;
+mod mcp;
 mod openapi;
 mod problem;
 mod rate_limits;
+mod registration;
 mod routes;
 mod view;
 mod wakeups;
@@ -74,6 +77,7 @@ macro_rules! intake_routes {
 
 intake_routes! {
     "POST" "/agent/operations/{kind}" => routes::create::create_operation,
+    "GET" "/agent/operations" => routes::operations::list_operations,
     "GET" "/agent/operations/{operation_id}" => routes::operations::get_operation,
     "GET" "/admin/operations" => routes::admin::list_operations,
     "GET" "/admin/operations/{operation_id}" => routes::admin::show_operation,
@@ -133,6 +137,7 @@ pub fn serve(
         App::new()
             .wrap(actix_web::middleware::from_fn(http_span::trace_request))
             .app_data(state.clone())
+            .service(mcp::service(state.clone()))
             .configure(configure)
     })
     .listen(listener)?;

@@ -7,6 +7,7 @@ use opgate_catalog::Catalog;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use crate::listing::OperationPage;
 use crate::problem::Problem;
 use crate::routes::{admin, approvals, create, health, operations, payments, refunds};
 use crate::view::OperationView;
@@ -24,6 +25,7 @@ header, a control character in a header value, conflicting Content-Length/Transf
 head 431, and a head that does not arrive in time 408, each with an empty body."),
     paths(
         create::create_operation,
+        operations::list_operations,
         operations::get_operation,
         admin::list_operations,
         admin::show_operation,
@@ -33,7 +35,7 @@ head 431, and a head that does not arrive in time 408, each with an empty body."
         health::healthz,
         health::readyz,
     ),
-    components(schemas(create::OperationBody, payments::PaymentBody, refunds::RefundBody, OperationView, Problem, admin::AdminOperation, admin::AdminOperationDetail, admin::ResolveBody, approvals::ApproveBody, approvals::RejectBody)),
+    components(schemas(create::OperationBody, payments::PaymentBody, refunds::RefundBody, OperationView, OperationPage, Problem, admin::AdminOperation, admin::AdminOperationDetail, admin::ResolveBody, approvals::ApproveBody, approvals::RejectBody)),
     modifiers(&AgentKeyScheme),
 )]
 pub struct ApiDoc;

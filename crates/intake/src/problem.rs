@@ -136,6 +136,27 @@ impl Problem {
         )
     }
 
+    /// No operation of this agent was registered under this idempotency key.
+    pub fn no_operation_for_key() -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "Operation not found",
+            "No operation of this agent was registered under this idempotency key.",
+        )
+    }
+
+    /// An MCP tool this server does not have.
+    pub fn unknown_tool(name: &str) -> Self {
+        let shown: String = name.chars().take(100).collect();
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown-tool",
+            "No such tool",
+            format!("There is no tool {shown:?} for this agent; tools/list names those there are."),
+        )
+    }
+
     /// No route has this path (not to be confused with `not_found`: the route exists,
     /// the operation does not).
     pub fn route_not_found() -> Self {
@@ -301,6 +322,25 @@ impl Problem {
             "An unexpected error occurred; it has been logged. Sending the same request \
              again, unchanged, is safe.",
         )
+    }
+}
+
+impl Problem {
+    /// The problem's slug: its `type` without the `urn:opgate:problem:` prefix.
+    pub fn slug(&self) -> &str {
+        self.problem_type
+            .strip_prefix("urn:opgate:problem:")
+            .unwrap_or(&self.problem_type)
+    }
+
+    /// When a retry may succeed, in seconds, where the problem says so (the
+    /// `Retry-After` of its HTTP answer).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self.status {
+            429 => self.rate_limit.as_deref().map(|(secs, _, _)| *secs),
+            503 => Some(u64::from(UNAVAILABLE_RETRY_AFTER_SECS)),
+            _ => self.retry_after,
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! migrations, and one module per table. Callers get domain types and `StoreError`,
 //! never SQL or driver types.
 
+mod agent_reads;
 mod agent_request;
 mod agents;
 mod approval_expiry;
@@ -23,6 +24,7 @@ mod refunds;
 mod registration_batch;
 mod stats;
 
+pub use agent_reads::AgentOperationFilter;
 pub use agent_request::AgentRequestContext;
 pub use agents::{AgentRecord, AgentUpdate, NewAgent};
 pub use audit::{OperationEvent, PipelineCounts};

@@ -72,16 +72,26 @@ const HELD_AT_INFO: [&str; 10] = [
     "deadpool",
 ];
 
+/// The MCP SDK: its debug events carry whole tool arguments and results, and its info
+/// events are three lines per request about the transport; only warnings and errors.
+const HELD_AT_WARN: [&str; 1] = ["rmcp"];
+
 /// Which events reach the log: RUST_LOG (default `info`), and nothing below info
-/// from the libraries above, so no log level can print an amount, a customer id or a
-/// key.
+/// (below warn for the MCP SDK) from the libraries above, so no log level can print an
+/// amount, a customer id or a key.
 fn log_filter<S>() -> impl tracing_subscriber::layer::Filter<S> {
     let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let held = filter_fn(|meta| {
-        *meta.level() <= Level::INFO
-            || !HELD_AT_INFO
+        let from = |libraries: &[&str]| {
+            libraries
                 .iter()
                 .any(|library| meta.target().starts_with(library))
+        };
+        if from(&HELD_AT_WARN) {
+            *meta.level() <= Level::WARN
+        } else {
+            *meta.level() <= Level::INFO || !from(&HELD_AT_INFO)
+        }
     });
     env.and(held)
 }

@@ -90,7 +90,7 @@ impl ListQuery {
 
 /// serde_urlencoded's message, without actix's prefix and never with more than a
 /// short piece of what was sent.
-fn query_error(error: actix_web::error::QueryPayloadError) -> String {
+pub(crate) fn query_error(error: actix_web::error::QueryPayloadError) -> String {
     let text = match error {
         actix_web::error::QueryPayloadError::Deserialize(e) => e.to_string(),
         other => other.to_string(),

@@ -1,0 +1,267 @@
+//! The one registration path for every kind and both doors (`POST
+//! /agent/operations/{kind}` and MCP's `request_<kind>` tools). Each kind contributes
+//! only its part (its body, validated into an `OperationRequest`); grants, replays,
+//! registration exactly once per (agent, key), budgets, approvals and the group commit
+//! are shared. Every refusal happens before anything is written; the write itself is
+//! one transaction in the store.
+
+use opgate_catalog::{Catalog, DeclaredKind};
+use opgate_domain::{BuiltinKind, IdempotencyKey, OperationRequest};
+use opgate_store::{
+    BudgetedRegistration, NewOperation, NewRefund, OperationRecord, PendingRegistration,
+    Registration,
+};
+use opgate_telemetry::metrics;
+use uuid::Uuid;
+
+use crate::auth::AuthenticatedAgent;
+use crate::body::{parse_object_value, require_exact_number};
+use crate::problem::Problem;
+use crate::routes::{payments, refunds};
+use crate::AppState;
+
+/// The kind a request names: built in, or declared in the catalog.
+#[derive(Clone, Copy)]
+pub enum Kind<'a> {
+    Builtin(BuiltinKind),
+    Declared(&'a DeclaredKind),
+}
+
+impl<'a> Kind<'a> {
+    /// The kind called `name`, if there is one (else 404 `unknown-kind`).
+    pub fn named(catalog: &'a Catalog, name: &str) -> Result<Self, Problem> {
+        match BuiltinKind::parse(name) {
+            Some(builtin) => Ok(Self::Builtin(builtin)),
+            None => catalog
+                .kind(name)
+                .map(Self::Declared)
+                .ok_or_else(|| Problem::unknown_kind(name)),
+        }
+    }
+
+    /// The kind called `name`, if there is one and this agent may request it.
+    pub fn permitted(
+        catalog: &'a Catalog,
+        agent: &AuthenticatedAgent,
+        name: &str,
+    ) -> Result<Self, Problem> {
+        let kind = Self::named(catalog, name)?;
+        agent
+            .policy
+            .permits_operation(kind.name())
+            .map_err(|denial| Problem::forbidden(denial.to_string()))?;
+        Ok(kind)
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Builtin(kind) => kind.as_str(),
+            Self::Declared(kind) => kind.name().as_str(),
+        }
+    }
+
+    /// Every kind there is, built in first.
+    pub fn all(catalog: &'a Catalog) -> impl Iterator<Item = Kind<'a>> {
+        [
+            Self::Builtin(BuiltinKind::Payment),
+            Self::Builtin(BuiltinKind::Refund),
+        ]
+        .into_iter()
+        .chain(catalog.kinds().map(Self::Declared))
+    }
+}
+
+/// One request to register, as either door received it.
+pub struct Submission<'a> {
+    pub agent: &'a AuthenticatedAgent,
+    pub kind: Kind<'a>,
+    pub idempotency_key: &'a IdempotencyKey,
+    /// The body as JSON text: the kind's schema.
+    pub body: &'a [u8],
+    /// The operation the key already names, when the caller read it while
+    /// authenticating; `None` lets the registration statement find it.
+    pub existing: Option<OperationRecord>,
+    /// The W3C trace context carried to the executor and reconciler.
+    pub traceparent: Option<String>,
+}
+
+/// What a registration did: a new operation, or the one the key already named.
+pub struct Registered {
+    pub record: OperationRecord,
+    pub replayed: bool,
+}
+
+/// A request validated by its kind, ready to register.
+enum Prepared {
+    /// Registered by the shared statement (group-committed when enabled).
+    Plain {
+        request: OperationRequest,
+        provider: String,
+    },
+    /// Registered in its own transaction that reserves the amount on the payment.
+    Refund(refunds::PreparedRefund),
+}
+
+impl Prepared {
+    fn request(&self) -> &OperationRequest {
+        match self {
+            Self::Plain { request, .. } => request,
+            Self::Refund(refund) => &refund.request,
+        }
+    }
+}
+
+/// Validates the body by its kind and registers it once per (agent, key): a new
+/// operation (its executors woken after the commit), the existing one for a replay, or
+/// the problem that refused it with nothing written.
+pub async fn register(state: &AppState, submission: Submission<'_>) -> Result<Registered, Problem> {
+    let Submission {
+        agent,
+        kind,
+        idempotency_key,
+        body,
+        existing,
+        traceparent,
+    } = submission;
+    let prepared = prepare(state, agent, kind, body).await?;
+    let registration = match existing {
+        // The key was already taken when the request was authenticated: a replay, or
+        // a reuse, answered from that read without writing.
+        Some(existing) if existing.request_hash == *prepared.request().request_hash() => {
+            Registration::Replayed(existing)
+        }
+        Some(_) => Registration::KeyReused,
+        None => {
+            write(
+                state,
+                agent,
+                idempotency_key,
+                &prepared,
+                traceparent.as_deref(),
+            )
+            .await?
+        }
+    };
+    match registration {
+        Registration::Created(record) => {
+            // After the commit, never inside it: see wakeups.rs.
+            state.executor_waker.operation_created();
+            tracing::info!(agent_id = %agent.agent_id, operation_id = %record.operation_id, kind = %record.operation_type, "operation registered");
+            Ok(Registered {
+                record,
+                replayed: false,
+            })
+        }
+        Registration::Replayed(record) => {
+            metrics().duplicate_prevented();
+            tracing::info!(agent_id = %agent.agent_id, operation_id = %record.operation_id, status = %record.status, "idempotent replay");
+            Ok(Registered {
+                record,
+                replayed: true,
+            })
+        }
+        Registration::KeyReused => {
+            tracing::info!(agent_id = %agent.agent_id, "idempotency key reused with a different request");
+            Err(Problem::key_reused())
+        }
+    }
+}
+
+async fn prepare(
+    state: &AppState,
+    agent: &AuthenticatedAgent,
+    kind: Kind<'_>,
+    body: &[u8],
+) -> Result<Prepared, Problem> {
+    Ok(match kind {
+        Kind::Builtin(BuiltinKind::Payment) => Prepared::Plain {
+            request: payments::parse(body, &agent.policy)?,
+            provider: state.payment_provider.clone(),
+        },
+        Kind::Builtin(BuiltinKind::Refund) => {
+            Prepared::Refund(refunds::prepare(body, &state.store, &agent.agent_id).await?)
+        }
+        Kind::Declared(declared) => {
+            if let Some(money) = declared.money() {
+                // A JSON pointer to a top-level member: "/total" names "total".
+                let member = money.amount.trim_start_matches('/');
+                require_exact_number(body, &member.replace("~1", "/").replace("~0", "~"))?;
+            }
+            let request = declared
+                .validate(&parse_object_value(body)?)
+                .map_err(|e| Problem::invalid_body(e.to_string()))?;
+            if let Some(money) = request.money() {
+                agent
+                    .policy
+                    .permits_amount(money)
+                    .map_err(|denial| Problem::forbidden(denial.to_string()))?;
+            }
+            Prepared::Plain {
+                request,
+                provider: declared.provider().to_owned(),
+            }
+        }
+    })
+}
+
+/// The write: budgeted, group-committed or on its own for a plain request; the refund
+/// transaction for a refund.
+async fn write(
+    state: &AppState,
+    agent: &AuthenticatedAgent,
+    idempotency_key: &IdempotencyKey,
+    prepared: &Prepared,
+    traceparent: Option<&str>,
+) -> Result<Registration, Problem> {
+    let (request, provider) = match prepared {
+        Prepared::Plain { request, provider } => (request, provider),
+        Prepared::Refund(refund) => {
+            let new = NewRefund {
+                operation_id: Uuid::new_v4(),
+                agent_id: &agent.agent_id,
+                idempotency_key,
+                request: &refund.request,
+                payment_operation_id: refund.payment_operation_id,
+                trace_context: traceparent,
+            };
+            return refunds::answer(state.store.register_refund(&new).await?);
+        }
+    };
+    // Above the agent's threshold, nothing is sent before an operator approves.
+    let awaiting_approval_for = request
+        .money()
+        .filter(|money| agent.policy.needs_approval(*money))
+        .map(|_| state.approval_timeout);
+    let new = NewOperation {
+        operation_id: Uuid::new_v4(),
+        agent_id: &agent.agent_id,
+        idempotency_key,
+        request,
+        provider,
+        awaiting_approval_for,
+        trace_context: traceparent,
+    };
+    let budget = request
+        .money()
+        .and_then(|money| agent.policy.daily_budget_for(money).map(|b| (money, b)));
+    Ok(match (budget, &state.batcher) {
+        (Some((money, budget)), _) => {
+            match state.store.register_within_budget(&new, budget).await? {
+                BudgetedRegistration::Registered(registration) => registration,
+                BudgetedRegistration::Exceeded { frees_at, .. } => {
+                    let retry_after =
+                        frees_at.map(|at| (at - chrono::Utc::now()).num_seconds().max(1) as u64);
+                    return Err(Problem::budget_exceeded(
+                        &budget.to_string(),
+                        money.currency().code(),
+                        retry_after,
+                    ));
+                }
+            }
+        }
+        (None, Some(batcher)) if awaiting_approval_for.is_none() => {
+            batcher.submit(PendingRegistration::from_new(&new)).await?
+        }
+        (None, _) => state.store.register_operation(&new).await?,
+    })
+}
