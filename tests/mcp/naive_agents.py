@@ -3,7 +3,8 @@ does what the tool's description tells it, nothing cleverer. Its client gives up
 an answer far sooner than the provider takes, so answers are lost all the time; after a
 lost answer or an error it calls request_payment again with the SAME key (the one the
 description says to build from the invoice), at most 5 times, then follows next.action
-with wait_for_operation until the operation is finished.
+with wait_for_operation until the operation is finished (after find_operation, if
+every answer was lost).
 
 Environment: MCP_URL, AGENT_KEYS (comma-separated; agents share them round-robin),
 AGENTS (how many), CLIENT_TIMEOUT (seconds). Prints one JSON report on stdout:
@@ -57,8 +58,13 @@ async def agent(number, key, timeout, report):
                 except Exception:  # a lost answer: the client timed out or the call failed
                     continue
             if operation_id is None:
-                report["gave_up"].append(invoice)
-                return
+                # Every answer was lost: find_operation, as its description says.
+                found = await client.call_tool("find_operation", {"idempotency_key": args["idempotency_key"]})
+                if found.is_error:
+                    report["gave_up"].append(invoice)
+                    return
+                operation_id = found.structured_content["operation_id"]
+                seen.append(operation_id)
             # Follow next.action until finished, with patience this time.
             for _ in range(120):
                 try:

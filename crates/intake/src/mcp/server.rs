@@ -284,10 +284,10 @@ impl ServerHandler for OpgateMcp {
         let name = request.name.to_string();
         // A tool call continues the trace its `_meta.traceparent` names, else the HTTP
         // request's (itself continuing any `traceparent` header).
-        let traceparent = request
+        // (rmcp moves the request's `_meta` into the context.)
+        let traceparent = context
             .meta
-            .as_ref()
-            .and_then(|meta| meta.get_traceparent())
+            .get_traceparent()
             .map(str::to_owned)
             .or_else(|| caller.http_traceparent.clone());
         let span = tracing::info_span!(
