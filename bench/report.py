@@ -78,6 +78,29 @@ for clients, r in sorted(new.items()):
         f"{ratio(w['requests_per_s'], p['tps']):.2f} | {wl['p50']:.2f} / {wl['p99']:.2f} | "
         f"{p['tps']:.0f} | {p['p50_ms']:.2f} / {p['p99_ms']:.2f} |"
     )
+doors = by("intake_door")
+if doors:
+    out.append("\n## Intake, new operations over MCP beside HTTP (32 clients)\n")
+    out.append("The same payments as MCP `tools/call request_payment` requests to `/mcp` (protocol 2026-07-28, "
+               "one HTTP request per call) and as `POST /agent/operations/payment`, alternated twice in one run. "
+               "CPU is intake's own (user + system, from /proc, over the warmup and the timed run), per request "
+               "answered as expected.\n")
+    out.append("| door | round | req/s | p50 / p99 (ms) | intake CPU ms per request |")
+    out.append("|---|---:|---:|---|---:|")
+    cpu = {"new": [], "mcp": []}
+    for d in doors:
+        o = d["opgate"]
+        answered = o["requests"] - o["errors"] - sum(o.get("unexpected_status", {}).values())
+        # The warmup's requests used CPU too: count them at the timed rate.
+        ms = 1000.0 * d["cpu_ticks"] / d["ticks_per_s"]
+        per = ms / max(1, answered + o["requests_per_s"] * d["warmup_s"])
+        cpu[d["door"]].append(per)
+        out.append(f"| {'MCP' if d['door'] == 'mcp' else 'HTTP'} | {d['round']} | {o['requests_per_s']:.0f} | "
+                   f"{o['latency_ms']['p50']:.2f} / {o['latency_ms']['p99']:.2f} | {per:.3f} |")
+    if cpu["new"] and cpu["mcp"]:
+        mean = lambda xs: sum(xs) / len(xs)
+        out.append(f"\nMCP costs **{ratio(mean(cpu['mcp']), mean(cpu['new'])):.2f} ×** the HTTP path's intake CPU per "
+                   "new operation (target: at most 1.5 ×).\n")
 o, p = replay["opgate"], replay["pgbench"]
 out.append("\n## Intake, replays (32 clients)\n")
 out.append("| opgate req/s | pgbench TPS | ratio | opgate p50 / p99 (ms) | pgbench p50 / p99 (ms) |")

@@ -94,6 +94,19 @@ for clients in 8 32 64; do
 done
 stop intake-single
 
+# MCP beside HTTP, the same new payments at 32 clients, alternated twice so that drift
+# hits both alike; intake's CPU time per answered request read from /proc around each.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$(cat "$out/$1.pid")/stat"; }
+for round in 1 2; do
+  for door in new mcp; do
+    log "intake, new operations over $door, 32 clients (round $round)"
+    before=$(cpu_ticks intake)
+    door_json=$(loadgen --scenario "$door" --concurrency 32 --duration "${dur}s" --run-id "door-$door-$round")
+    ticks=$(( $(cpu_ticks intake) - before ))
+    record "{\"scenario\": \"intake_door\", \"door\": \"$door\", \"round\": $round, \"cpu_ticks\": $ticks, \"warmup_s\": $warm, \"ticks_per_s\": $(getconf CLK_TCK), \"opgate\": $door_json}"
+  done
+done
+
 log "intake, replays, 32 clients"
 "$bin/opgate" bench-sql register-keys --agent "$agent" --key-prefix "pgreplay-" --keys 1000 | psql "$DATABASE_URL" -X -q >/dev/null
 key_id=${key#opg_}; key_id=${key_id%%_*}

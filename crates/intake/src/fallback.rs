@@ -55,10 +55,10 @@ mod tests {
             ["POST", "GET"]
         );
         assert_eq!(allowed_methods("/admin/operations/x/resolve"), ["POST"]);
+        assert_eq!(allowed_methods("/agent/operations"), ["GET"]);
         for unknown in [
             "/",
             "/healthz/",
-            "/agent/operations",
             "/agent/operations/a/b",
             "/nope",
         ] {

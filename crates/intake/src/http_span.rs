@@ -50,7 +50,12 @@ pub async fn trace_request(
     let response = next.call(request).instrument(span.clone()).await?;
     let status = response.status().as_u16();
     let replayed = response.headers().contains_key("idempotent-replayed");
-    let outcome = outcome(&method, status, replayed);
+    // An MCP request's HTTP answer is 200 whatever the tool did: "mcp", not "created".
+    let outcome = if route == crate::mcp::PATH && (200..300).contains(&status) {
+        "mcp"
+    } else {
+        outcome(&method, status, replayed)
+    };
     span.record("http.response.status_code", status);
     span.record("opgate.outcome", outcome);
     if status >= 500 {
@@ -75,6 +80,9 @@ fn outcome(method: &str, status: u16, replayed: bool) -> &'static str {
 /// Known route patterns (`crate::ROUTES`, the routes intake serves), so that a label
 /// never carries what a client typed.
 fn route_label(route: &str) -> &'static str {
+    if route == crate::mcp::PATH {
+        return crate::mcp::PATH;
+    }
     crate::ROUTES
         .iter()
         .find(|(_, pattern)| *pattern == route)
@@ -104,6 +112,7 @@ mod tests {
             "/agent/operations/{kind}"
         );
         assert_eq!(route_label("/admin/operations"), "/admin/operations");
+        assert_eq!(route_label("/mcp"), "/mcp");
         assert_eq!(route_label("unmatched"), "other");
         assert_eq!(route_label("/agent/operations/payment"), "other");
     }

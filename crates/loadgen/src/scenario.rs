@@ -4,6 +4,8 @@
 //! `Idempotency-Key: {run-id}-{w}-{n}` with invoice `inv_{n}`; `wait` adds
 //! `Prefer: wait=N`. `replay` sends prefilled payment i (0..K) under
 //! `{run-id}-prefill-{i}` with invoice `inv_{i}`: the very request that registered it.
+//! `mcp` sends the same payments as `new`, as MCP `tools/call request_payment` requests
+//! to `/mcp` (protocol 2026-07-28, stateless: one HTTP request per call).
 //! An unexpected answer is labelled by its status code, followed for a 2xx by what was
 //! wrong with it ("202 replayed", "200 not replayed", "200 FAILED").
 
@@ -17,6 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Config, MAX_RUN_ID_LEN};
 
 pub const PAYMENT_PATH: &str = "/agent/operations/payment";
+pub const MCP_PATH: &str = "/mcp";
+const MCP_PROTOCOL_VERSION: &str = "2026-07-28";
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 pub const PREFER: HeaderName = HeaderName::from_static("prefer");
@@ -27,6 +31,8 @@ pub enum Scenario {
     New,
     Replay,
     Wait,
+    /// New payments over MCP.
+    Mcp,
 }
 
 /// How one answer counts.
@@ -42,6 +48,7 @@ pub enum Outcome {
 pub struct Requests {
     scenario: Scenario,
     target: Uri,
+    mcp_target: Uri,
     authorization: HeaderValue,
     prefer: HeaderValue,
     run_id: String,
@@ -61,6 +68,7 @@ impl Requests {
         Ok(Self {
             scenario: config.scenario,
             target: target_uri(&config.url)?,
+            mcp_target: uri_at(&config.url, MCP_PATH)?,
             authorization,
             prefer: HeaderValue::from_str(&format!("wait={}", config.wait_secs))?,
             run_id: run_id.to_owned(),
@@ -76,7 +84,7 @@ impl Requests {
     pub fn prefill_count(&self) -> u64 {
         match self.scenario {
             Scenario::Replay => self.prefill,
-            Scenario::New | Scenario::Wait => 0,
+            Scenario::New | Scenario::Wait | Scenario::Mcp => 0,
         }
     }
 
@@ -86,7 +94,54 @@ impl Requests {
             Scenario::New => self.post(&format!("{}-{worker}-{n}", self.run_id), n, false),
             Scenario::Wait => self.post(&format!("{}-{worker}-{n}", self.run_id), n, true),
             Scenario::Replay => self.prefilled(ticket % self.prefill.max(1)),
+            Scenario::Mcp => self.mcp_call(&format!("{}-{worker}-{n}", self.run_id), n),
         }
+    }
+
+    /// `tools/call request_payment` for invoice `invoice` under `key`.
+    fn mcp_call(&self, key: &str, invoice: u64) -> Request<Full<Bytes>> {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": invoice,
+            "method": "tools/call",
+            "params": {
+                "name": "request_payment",
+                "arguments": {
+                    "customer_id": "cus_bench",
+                    "invoice_id": format!("inv_{invoice}"),
+                    "amount": "10.00",
+                    "currency": "USD",
+                    "idempotency_key": key,
+                },
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": MCP_PROTOCOL_VERSION,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        });
+        let mut request = Request::new(Full::new(Bytes::from(body.to_string())));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.mcp_target.clone();
+        let headers = request.headers_mut();
+        headers.insert(AUTHORIZATION, self.authorization.clone());
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            hyper::header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        headers.insert(
+            HeaderName::from_static("mcp-protocol-version"),
+            HeaderValue::from_static(MCP_PROTOCOL_VERSION),
+        );
+        headers.insert(
+            HeaderName::from_static("mcp-method"),
+            HeaderValue::from_static("tools/call"),
+        );
+        headers.insert(
+            HeaderName::from_static("mcp-name"),
+            HeaderValue::from_static("request_payment"),
+        );
+        request
     }
 
     /// Prefilled payment `i`, as registered and as replayed.
@@ -124,12 +179,17 @@ pub fn payment_body(invoice: u64) -> Bytes {
 
 /// `base` (http://host:port[/prefix]) joined with the payment path.
 pub fn target_uri(base: &Uri) -> anyhow::Result<Uri> {
+    uri_at(base, PAYMENT_PATH)
+}
+
+/// `base` (http://host:port[/prefix]) joined with `path`.
+fn uri_at(base: &Uri, path: &str) -> anyhow::Result<Uri> {
     let scheme = base.scheme_str().unwrap_or("http");
     let authority = base
         .authority()
         .ok_or_else(|| anyhow::anyhow!("URL {base} has no host"))?;
     let prefix = base.path().trim_end_matches('/');
-    Ok(format!("{scheme}://{authority}{prefix}{PAYMENT_PATH}").parse()?)
+    Ok(format!("{scheme}://{authority}{prefix}{path}").parse()?)
 }
 
 pub fn classify(
@@ -144,6 +204,13 @@ pub fn classify(
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
     let unexpected = |what: &str| Outcome::Unexpected(format!("{code} {what}"));
     match (scenario, code, replayed) {
+        (Scenario::Mcp, 200, _) => match mcp_result(body) {
+            Some((false, false, status)) if status == "PENDING" => Outcome::Expected,
+            Some((true, _, _)) => unexpected("tool error"),
+            Some((_, true, _)) => unexpected("replayed"),
+            Some((_, _, other)) => unexpected(&other),
+            None => unexpected("unreadable body"),
+        },
         (Scenario::New, 202, false) => Outcome::Expected,
         (Scenario::New | Scenario::Wait, 200 | 202, true) => unexpected("replayed"),
         (Scenario::Replay, 200 | 202, true) => Outcome::Expected,
@@ -155,6 +222,19 @@ pub fn classify(
         },
         _ => Outcome::Unexpected(code.to_string()),
     }
+}
+
+/// A `tools/call` answer: (isError, replayed, the operation's status).
+fn mcp_result(body: &[u8]) -> Option<(bool, bool, String)> {
+    let answer: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let result = answer.get("result")?;
+    let is_error = result["isError"].as_bool().unwrap_or(false);
+    let replayed = result["_meta"]["io.opgate/idempotent-replayed"] == true;
+    let status = result["structuredContent"]["status"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    Some((is_error, replayed, status))
 }
 
 fn operation_status(body: &[u8]) -> Option<String> {
@@ -185,6 +265,40 @@ mod tests {
     async fn body_of(request: Request<Full<Bytes>>) -> String {
         let bytes = request.into_body().collect().await.unwrap().to_bytes();
         String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn mcp_request_is_a_tools_call_with_the_key_in_its_arguments() {
+        let r = requests("mcp", "http://127.0.0.1:8080");
+        let req = r.next(3, 17, 99);
+        assert_eq!(req.uri(), "http://127.0.0.1:8080/mcp");
+        assert_eq!(req.headers()["mcp-method"], "tools/call");
+        let body: serde_json::Value = serde_json::from_str(&body_of(req).await).unwrap();
+        assert_eq!(body["params"]["name"], "request_payment");
+        assert_eq!(body["params"]["arguments"]["idempotency_key"], "run1-3-17");
+        assert_eq!(body["params"]["arguments"]["invoice_id"], "inv_17");
+    }
+
+    #[test]
+    fn mcp_answers_count_only_new_pending_operations() {
+        let answer = |result: serde_json::Value| {
+            let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "result": result });
+            classify(
+                Scenario::Mcp,
+                StatusCode::OK,
+                &HeaderMap::new(),
+                body.to_string().as_bytes(),
+            )
+        };
+        let pending = serde_json::json!({ "structuredContent": { "status": "PENDING" } });
+        assert_eq!(answer(pending), Outcome::Expected);
+        let error = serde_json::json!({ "isError": true, "structuredContent": { "status": 422 } });
+        assert_eq!(answer(error), Outcome::Unexpected("200 tool error".into()));
+        let replayed = serde_json::json!({
+            "structuredContent": { "status": "PENDING" },
+            "_meta": { "io.opgate/idempotent-replayed": true }
+        });
+        assert_eq!(answer(replayed), Outcome::Unexpected("200 replayed".into()));
     }
 
     #[tokio::test]

@@ -10,18 +10,15 @@ use crate::listing::OperationPage;
 use crate::problem::Problem;
 use crate::view::OperationView;
 
-/// The operation: its body (with `next`) as structured content; its message first as
-/// text, then the body as JSON text for clients that show only text.
+/// The operation: its body (with `next`) as structured content; as text, its id, status
+/// and message, which is what a client that shows only text needs to act.
 pub fn operation(record: &OperationRecord, replayed: bool) -> CallToolResult {
     let view = OperationView::from(record);
     let body = serde_json::to_value(&view).unwrap_or(Value::Null);
-    let mut result = CallToolResult::success(vec![
-        Content::text(format!(
-            "Operation {} is {}. {}",
-            view.operation_id, view.status, view.message
-        )),
-        Content::text(body.to_string()),
-    ]);
+    let mut result = CallToolResult::success(vec![Content::text(format!(
+        "Operation {} is {}. {}",
+        view.operation_id, view.status, view.message
+    ))]);
     result.structured_content = Some(body);
     if replayed {
         let mut meta = MetaObject::new();
