@@ -326,6 +326,22 @@ async fn refusals_are_tool_errors_that_say_what_to_do_and_write_nothing() {
     assert_eq!(bobs[1]["structured"]["status"], 404);
     assert_eq!(bobs[2]["structured"]["operations"], json!([]));
 
+    // A member named twice is refused before the SDK's parser keeps one of them.
+    let duplicated = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"request_payment",
+        "arguments":{"customer_id":"c","invoice_id":"dup","amount":"1.00","amount":"900.00",
+        "idempotency_key":"payment-dup"}}}"#;
+    let reply = reqwest::Client::new()
+        .post(intake.url("/mcp"))
+        .bearer_auth(&alice)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(duplicated)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 422);
+    assert_eq!(db.counts().await.operations, 1, "nothing written");
+
     // Without a key, /mcp is refused before MCP: the HTTP API's 401 problem.
     let reply = reqwest::Client::new()
         .post(intake.url("/mcp"))

@@ -35,8 +35,20 @@ pub fn require_json_content_type(request: &HttpRequest) -> Result<(), Problem> {
 /// database connection to the pool.
 pub async fn read_body(
     request: &HttpRequest,
-    mut payload: web::Payload,
+    payload: web::Payload,
 ) -> Result<web::Bytes, Problem> {
+    read_limited(request, payload, MAX_BODY_BYTES).await
+}
+
+/// `read_body` for any payload stream and limit (MCP's messages wrap a body).
+pub async fn read_limited<S>(
+    request: &HttpRequest,
+    mut payload: S,
+    limit: usize,
+) -> Result<web::Bytes, Problem>
+where
+    S: futures_util::Stream<Item = Result<web::Bytes, actix_web::error::PayloadError>> + Unpin,
+{
     let timeout = request
         .app_data::<web::Data<crate::AppState>>()
         .map(|state| state.body_timeout)
@@ -46,16 +58,16 @@ pub async fn read_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<usize>().ok());
-    if declared.is_some_and(|length| length > MAX_BODY_BYTES) {
-        return Err(Problem::too_large(MAX_BODY_BYTES));
+    if declared.is_some_and(|length| length > limit) {
+        return Err(Problem::too_large(limit));
     }
     let read = async {
         let mut body = web::BytesMut::new();
         while let Some(chunk) = payload.next().await {
             let chunk =
                 chunk.map_err(|e| Problem::malformed_json(format!("could not read body: {e}")))?;
-            if body.len() + chunk.len() > MAX_BODY_BYTES {
-                return Err(Problem::too_large(MAX_BODY_BYTES));
+            if body.len() + chunk.len() > limit {
+                return Err(Problem::too_large(limit));
             }
             body.extend_from_slice(&chunk);
         }
@@ -64,6 +76,15 @@ pub async fn read_body(
     tokio::time::timeout(timeout, read)
         .await
         .map_err(|_| Problem::request_timeout())?
+}
+
+/// Refuses JSON that names a member twice in any object (422); anything else, even
+/// malformed JSON, is left for the reader to answer in its own terms.
+pub fn require_unique_members(body: &[u8]) -> Result<(), Problem> {
+    match serde_json::from_slice::<UniqueMembers>(body) {
+        Err(error) if error.is_data() => Err(Problem::invalid_body(error.to_string())),
+        _ => Ok(()),
+    }
 }
 
 /// The body as one kind's type: a JSON object, each member once (serde's derived

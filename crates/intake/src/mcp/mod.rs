@@ -23,12 +23,15 @@ use opgate_telemetry::propagation;
 use rmcp_actix_web::transport::{LocalSessionManager, StreamableHttpService};
 
 use crate::auth::authenticate;
-use crate::body::MAX_BODY_BYTES;
+use crate::body::{read_limited, require_unique_members, MAX_BODY_BYTES};
 use crate::AppState;
 
 pub use server::McpCaller;
 
 pub const PATH: &str = "/mcp";
+
+/// A JSON-RPC message wraps a body of at most `MAX_BODY_BYTES` in its envelope.
+const MAX_MESSAGE_BYTES: usize = MAX_BODY_BYTES * 4;
 
 /// The `/mcp` scope: authentication in front of the SDK's streamable HTTP transport.
 pub fn service(
@@ -54,7 +57,7 @@ pub fn service(
         // A request needs an agent key, which a DNS-rebinding page does not have; so
         // any Host is accepted and deployments need not list their hostnames.
         .allowed_hosts(Vec::new())
-        .max_request_body_bytes(MAX_BODY_BYTES * 4)
+        .max_request_body_bytes(MAX_MESSAGE_BYTES)
         .on_request_fn(|request, extensions| {
             if let Some(caller) = request.extensions().get::<McpCaller>() {
                 extensions.insert(caller.clone());
@@ -65,27 +68,45 @@ pub fn service(
         .wrap(from_fn(authenticate_mcp))
 }
 
-/// Authenticates (and rate limits) every request to `/mcp` as the HTTP API does, and
-/// hands the agent to the MCP layer; a refusal is the HTTP API's problem answer.
+/// Authenticates (and rate limits) every request to `/mcp` as the HTTP API does, reads
+/// its message, and hands the agent to the MCP layer; a refusal is the HTTP API's
+/// problem answer.
 async fn authenticate_mcp(
-    request: ServiceRequest,
+    mut request: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody + 'static>, actix_web::Error> {
     let Some(state) = request.app_data::<web::Data<AppState>>().cloned() else {
         return Err(actix_web::error::ErrorInternalServerError("no state"));
     };
-    match authenticate(request.request(), &state.store).await {
-        Ok(agent) => {
-            tracing::Span::current().record("opgate.agent_id", agent.agent_id.as_str());
-            let caller = McpCaller {
-                agent: Arc::new(agent),
-                http_traceparent: propagation::traceparent_of(&tracing::Span::current()),
-            };
-            request.extensions_mut().insert(caller);
-            Ok(next.call(request).await?.map_into_left_body())
-        }
-        Err(problem) => Ok(request
-            .into_response(problem.error_response())
-            .map_into_right_body()),
-    }
+    let agent = match authenticate(request.request(), &state.store).await {
+        Ok(agent) => agent,
+        Err(problem) => return Ok(refuse(request, &problem)),
+    };
+    // The message is read here, within the body timeout and limit, and a member named
+    // twice is refused as on the HTTP API: the SDK's parser would keep the last silently.
+    let payload = request.take_payload();
+    let body = match read_limited(request.request(), payload, MAX_MESSAGE_BYTES)
+        .await
+        .and_then(|body| require_unique_members(&body).map(|()| body))
+    {
+        Ok(body) => body,
+        Err(problem) => return Ok(refuse(request, &problem)),
+    };
+    request.set_payload(actix_web::dev::Payload::from(body));
+    let span = tracing::Span::current();
+    span.record("opgate.agent_id", agent.agent_id.as_str());
+    request.extensions_mut().insert(McpCaller {
+        agent: Arc::new(agent),
+        http_traceparent: propagation::traceparent_of(&span),
+    });
+    Ok(next.call(request).await?.map_into_left_body())
+}
+
+fn refuse<B>(
+    request: ServiceRequest,
+    problem: &crate::problem::Problem,
+) -> ServiceResponse<actix_web::body::EitherBody<B>> {
+    request
+        .into_response(problem.error_response())
+        .map_into_right_body()
 }
