@@ -108,11 +108,26 @@ async fn a_completion_batch_applies_current_tokens_and_refuses_stale_ones_one_by
     // Only the stale one keeps its outbox event (its real owner still has to finish).
     assert_eq!(db.counts().await.outbox, 1);
 
-    // The same write again is refused for all three: their tokens or states moved on.
+    // The same batch again, as after a commit whose reply was lost: the two this worker
+    // applied are recognised as its own (not stale writes); the stale one is refused.
     let again = db
         .store
         .transition_batch_with_fence("executor-test", &batch)
         .await
         .unwrap();
-    assert!(again.iter().all(|w| *w == FencedWrite::RejectedStale));
+    assert_eq!(
+        again,
+        vec![
+            FencedWrite::Applied,
+            FencedWrite::RejectedStale,
+            FencedWrite::Applied
+        ]
+    );
+    for id in [ids[0], ids[2]] {
+        let events = db.store.operation_events(id).await.unwrap();
+        assert!(
+            events.iter().all(|e| e.outcome == "applied"),
+            "no stale write recorded for a retried write of its own: {events:?}"
+        );
+    }
 }

@@ -29,7 +29,9 @@ pub enum OperationsCommand {
     },
     /// Show one operation and its whole audit trail.
     Show {
-        operation_id: Uuid,
+        /// The operation's id, or enough of its start to name only it (8 or more hex
+        /// digits, as `operations list` shows them).
+        operation_id: String,
         #[arg(long)]
         json: bool,
     },
@@ -233,10 +235,31 @@ fn report(operation_id: Uuid, action: OperatorAction) -> anyhow::Result<()> {
     }
 }
 
-async fn show(store: &Store, operation_id: Uuid, json: bool) -> anyhow::Result<()> {
-    let Some(op) = store.find_operation(operation_id).await? else {
-        bail!("no operation {operation_id}");
+async fn show(store: &Store, id_or_prefix: String, json: bool) -> anyhow::Result<()> {
+    let op = match Uuid::parse_str(&id_or_prefix) {
+        Ok(id) => store.find_operation(id).await?,
+        Err(_) => {
+            let hex = id_or_prefix.chars().filter(|c| *c != '-').count();
+            if hex < 8
+                || !id_or_prefix
+                    .chars()
+                    .all(|c| c == '-' || c.is_ascii_hexdigit())
+            {
+                bail!(
+                    "{id_or_prefix:?} is not an operation id nor 8 or more of its first hex digits"
+                );
+            }
+            let mut found = store.find_operations_by_id_prefix(&id_or_prefix).await?;
+            if found.len() > 1 {
+                bail!("{id_or_prefix} starts more than one operation id; give more of it");
+            }
+            found.pop()
+        }
     };
+    let Some(op) = op else {
+        bail!("no operation {id_or_prefix}");
+    };
+    let operation_id = op.operation_id;
     let events = store.operation_events(operation_id).await?;
     if json {
         let trail: Vec<_> = events

@@ -64,8 +64,9 @@ pub async fn authenticate_with_existing(
             Ok((agent, existing))
         }
         KeyKind::Operator => match verified_operator(store, &key).await? {
-            Some(_) => Err(Problem::forbidden(
-                "Operator keys cannot request or read agents' operations.",
+            Some(_) => Err(Problem::wrong_key_kind(
+                "Operator keys cannot request or read agents' operations; use an agent's \
+                 key here, or the admin API (/admin) with this one.",
             )),
             None => Err(Problem::unauthenticated()),
         },
@@ -82,7 +83,7 @@ pub async fn authenticate_operator(
             .await?
             .ok_or_else(Problem::unauthenticated),
         KeyKind::Agent => match verified_agent(store, &key, None).await? {
-            Some(_) => Err(Problem::forbidden(
+            Some(_) => Err(Problem::wrong_key_kind(
                 "Agent keys cannot use the admin API; it needs an operator key.",
             )),
             None => Err(Problem::unauthenticated()),

@@ -37,9 +37,20 @@ pub struct Config {
     #[arg(long, env = "INTAKE_DB_CONNECTIONS", default_value_t = 16)]
     pub db_connections: usize,
 
-    /// Seconds a request waits for a database connection before answering 503.
-    #[arg(long, env = "INTAKE_DB_TIMEOUT_SECS", default_value_t = 2)]
-    pub db_timeout_secs: u64,
+    /// How long a request waits for a database connection before answering 503 (a bare
+    /// number is seconds, as the older --db-timeout-secs took).
+    #[arg(long, alias = "db-timeout-secs", env = "INTAKE_DB_TIMEOUT", default_value = "2s", value_parser = duration_or_secs)]
+    pub db_timeout: Duration,
+
+    /// The database cancels any statement of intake's running longer than this (lock
+    /// waits included), answered 503; 0s leaves the server's setting.
+    #[arg(long, env = "OPGATE_DB_STATEMENT_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub db_statement_timeout: Duration,
+
+    /// TCP keepalive on database connections: a dead peer is noticed within about
+    /// twice this, not after the kernel's hours.
+    #[arg(long, env = "OPGATE_DB_KEEPALIVE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub db_keepalive: Duration,
 
     /// Log format: json (one object per line, with trace and span ids) or pretty.
     #[arg(long, env = "OPGATE_LOG_FORMAT", default_value = "json")]
@@ -95,7 +106,18 @@ impl Config {
     pub fn pool_settings(&self) -> PoolSettings {
         PoolSettings {
             max_connections: self.db_connections.max(1),
-            acquire_timeout: Duration::from_secs(self.db_timeout_secs.max(1)),
+            acquire_timeout: self.db_timeout.max(Duration::from_millis(100)),
+            statement_timeout: (!self.db_statement_timeout.is_zero())
+                .then_some(self.db_statement_timeout),
+            keepalive_idle: self.db_keepalive.max(Duration::from_secs(1)),
         }
+    }
+}
+
+/// A duration with its unit ("2s", "500ms"), or a bare number of seconds.
+fn duration_or_secs(text: &str) -> Result<Duration, String> {
+    match text.trim().parse::<u64>() {
+        Ok(secs) => Ok(Duration::from_secs(secs)),
+        Err(_) => humantime::parse_duration(text).map_err(|e| e.to_string()),
     }
 }

@@ -127,6 +127,17 @@ impl Problem {
         )
     }
 
+    /// A valid key of the wrong kind: an operator's on the agent API, or an agent's on
+    /// the admin API.
+    pub fn wrong_key_kind(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "wrong-key-kind",
+            "This key cannot be used here",
+            detail,
+        )
+    }
+
     pub fn not_found() -> Self {
         Self::new(
             StatusCode::NOT_FOUND,

@@ -62,15 +62,18 @@ impl From<deadpool_postgres::PoolError> for StoreError {
     }
 }
 
-/// A closed connection, an I/O failure, or one of the SQLSTATEs that say the server is
-/// going away or not accepting connections (class 08, 57P01..57P03, 53300).
+/// A closed connection, an I/O failure, one of the SQLSTATEs that say the server is
+/// going away or not accepting connections (class 08, 57P01..57P03, 53300), or a
+/// statement cancelled by the statement timeout (57014): the database did not answer in
+/// time, and the same request may succeed later.
 fn is_connection_failure(error: &tokio_postgres::Error) -> bool {
     if error.is_closed() {
         return true;
     }
     if let Some(code) = error.code() {
         let code = code.code();
-        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300");
+        return code.starts_with("08")
+            || matches!(code, "57P01" | "57P02" | "57P03" | "53300" | "57014");
     }
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {

@@ -73,6 +73,16 @@ WITH input AS (
 )
 SELECT operation_id FROM updated";
 
+/// Whether this worker's transition was applied already: the same fencing token, the
+/// same target state and actor, audited as applied. A worker that retries a write whose
+/// commit succeeded but whose reply was lost finds its own transition here, and it is
+/// not a stale write.
+const ALREADY_APPLIED: &str = "
+SELECT EXISTS (
+    SELECT 1 FROM operation_events
+    WHERE operation_id = $1 AND fencing_token = $2 AND to_status = $3 AND actor = $4
+      AND outcome = 'applied')";
+
 const RECORD_STALE_WRITE: &str = "
 INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token, outcome)
 SELECT operation_id, agent_id, status, $3, $4, $5, $2, 'rejected_stale'
@@ -92,7 +102,9 @@ impl Store {
     }
 
     /// Many fenced transitions in one transaction, answered in order. A refused one
-    /// is audited as `rejected_stale`; the others are applied regardless.
+    /// is audited as `rejected_stale`, unless it is this worker's own transition applied
+    /// by an earlier attempt whose reply was lost (then it is `Applied`, audited once);
+    /// the others are applied regardless.
     #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations", db.operation.batch.size = batch.len()))]
     pub async fn transition_batch_with_fence(
         &self,
@@ -148,7 +160,7 @@ impl Store {
             rows.iter().map(|row| row.get("operation_id")).collect();
         let mut writes = Vec::with_capacity(batch.len());
         for t in batch {
-            if applied.contains(&t.operation_id) {
+            if applied.contains(&t.operation_id) || self.already_applied(t, actor).await? {
                 writes.push(FencedWrite::Applied);
             } else {
                 self.record_stale_write(
@@ -163,6 +175,26 @@ impl Store {
             }
         }
         Ok(writes)
+    }
+
+    async fn already_applied(
+        &self,
+        transition: &FencedTransition,
+        actor: &str,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                ALREADY_APPLIED,
+                &[
+                    &transition.operation_id,
+                    &transition.fencing_token,
+                    &transition.transition.to.as_str(),
+                    &actor,
+                ],
+            )
+            .await?;
+        Ok(row.get(0))
     }
 
     /// Records, without changing the operation, that this worker found its lease lost

@@ -37,7 +37,7 @@ pub use notifications::{spawn_listener, Wakeup, OUTBOX_CHANNEL, SETTLED_CHANNEL}
 pub use operations::{NewOperation, OperationRecord, Registration};
 pub use operator_actions::{OperationFilter, OperatorAction};
 pub use operators::{OperatorRecord, OperatorRevocation};
-pub use pool::{PoolSettings, Store};
+pub use pool::{PoolSettings, Store, DEFAULT_KEEPALIVE_IDLE, DEFAULT_STATEMENT_TIMEOUT};
 pub use reconciliation::ClaimedReconciliation;
 pub use refunds::{NewRefund, RefundRegistration};
 pub use registration_batch::PendingRegistration;

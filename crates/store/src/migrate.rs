@@ -23,6 +23,10 @@ impl Store {
     /// `None`): an upgrade in steps, or a database as an older release left it.
     pub async fn migrate_to(&self, target: Option<u32>) -> Result<usize, StoreError> {
         let mut client = self.client().await?;
+        // A migration may build an index on a large table: no statement timeout for it
+        // (or for waiting on the lock another migrator holds). Reset before the
+        // connection goes back to the pool.
+        client.batch_execute("SET statement_timeout = 0").await?;
         client.execute(TAKE_LOCK, &[&MIGRATION_LOCK_ID]).await?;
         let client_ref: &mut tokio_postgres::Client = &mut client;
         let runner = match target {
@@ -31,6 +35,7 @@ impl Store {
         };
         let outcome = runner.run_async(client_ref).await;
         client.execute(RELEASE_LOCK, &[&MIGRATION_LOCK_ID]).await?;
+        client.batch_execute("RESET statement_timeout").await?;
         let report = outcome.map_err(|e| StoreError::Migration(e.to_string()))?;
         Ok(report.applied_migrations().len())
     }

@@ -200,6 +200,42 @@ impl Store {
     }
 }
 
+const FIND_BY_ID_RANGE: &str = concat!(
+    "SELECT ",
+    operation_columns!(),
+    " FROM operations WHERE operation_id BETWEEN $1 AND $2 ORDER BY operation_id LIMIT 2"
+);
+
+impl Store {
+    /// The operations whose id starts with `prefix` (hex digits, dashes ignored), at
+    /// most two: one means the prefix names it, two that it is ambiguous. An index
+    /// range scan, however many operations there are.
+    #[tracing::instrument(name = "SELECT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "operations"))]
+    pub async fn find_operations_by_id_prefix(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<OperationRecord>, StoreError> {
+        let hex: String = prefix.chars().filter(|c| *c != '-').collect();
+        let bound = |fill: char| {
+            let padded: String = hex
+                .chars()
+                .chain(std::iter::repeat(fill))
+                .take(32)
+                .collect();
+            Uuid::parse_str(&padded).ok()
+        };
+        let (Some(low), Some(high)) = (bound('0'), bound('f')) else {
+            return Ok(Vec::new());
+        };
+        if hex.len() > 32 {
+            return Ok(Vec::new());
+        }
+        let client = self.client().await?;
+        let rows = client.query(FIND_BY_ID_RANGE, &[&low, &high]).await?;
+        rows.iter().map(operation_from_row).collect()
+    }
+}
+
 /// Runs `REGISTER_OPERATION` for `new` on any client or transaction: the row, its
 /// outbox event and its audit event, or `None` when the key was already taken. The
 /// payload, provider, money and parent are the caller's (a refund resolves its own).

@@ -14,13 +14,30 @@ pub struct PoolSettings {
     /// How long a request waits for a connection (or to open one) before it is told
     /// that the database is unavailable.
     pub acquire_timeout: Duration,
+    /// The server cancels any statement (lock waits included) running longer than
+    /// this, so a stuck lock or a forgotten transaction cannot hang a worker; the
+    /// statement fails as "database unavailable" and the connection stays usable.
+    /// `None`: the server's own setting.
+    pub statement_timeout: Option<Duration>,
+    /// TCP keepalive: after this long without traffic the connection is probed, and a
+    /// peer that stopped answering (a half-open connection, a vanished host) is noticed
+    /// within about twice this instead of hanging until the kernel gives up (hours).
+    pub keepalive_idle: Duration,
 }
+
+/// The default statement timeout: far above any statement opgate runs (milliseconds),
+/// far below "hung".
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default TCP keepalive idle time.
+pub const DEFAULT_KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 
 impl Default for PoolSettings {
     fn default() -> Self {
         Self {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
+            statement_timeout: Some(DEFAULT_STATEMENT_TIMEOUT),
+            keepalive_idle: DEFAULT_KEEPALIVE_IDLE,
         }
     }
 }
@@ -39,6 +56,24 @@ impl Store {
         config.connect_timeout(settings.acquire_timeout);
         if config.get_application_name().is_none() {
             config.application_name("opgate");
+        }
+        let probe_every = (settings.keepalive_idle / 3).max(Duration::from_secs(1));
+        config
+            .keepalives(true)
+            .keepalives_idle(settings.keepalive_idle)
+            .keepalives_interval(probe_every)
+            .keepalives_retries(3);
+        if let Some(timeout) = settings.statement_timeout {
+            // A startup option, so that it holds on every connection, from the first
+            // statement on; anything already in the URL's `options` is kept.
+            let given = config.get_options().unwrap_or_default().to_owned();
+            config.options(
+                format!(
+                    "{given} -c statement_timeout={}",
+                    timeout.as_millis().max(1)
+                )
+                .trim_start(),
+            );
         }
         let manager = Manager::from_config(
             config,

@@ -14,11 +14,16 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
+/// Human-readable lines; coloured only when stderr is a terminal, so a log file or a
+/// journal never receives escape sequences.
 pub fn pretty_layer<S>() -> impl Layer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    tracing_subscriber::fmt::layer().with_writer(std::io::stderr)
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
 }
 
 pub fn json_layer<S>() -> impl Layer<S>
