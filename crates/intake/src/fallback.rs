@@ -56,12 +56,7 @@ mod tests {
         );
         assert_eq!(allowed_methods("/admin/operations/x/resolve"), ["POST"]);
         assert_eq!(allowed_methods("/agent/operations"), ["GET"]);
-        for unknown in [
-            "/",
-            "/healthz/",
-            "/agent/operations/a/b",
-            "/nope",
-        ] {
+        for unknown in ["/", "/healthz/", "/agent/operations/a/b", "/nope"] {
             assert!(allowed_methods(unknown).is_empty(), "{unknown}");
         }
         let problem = answer("/nope");
