@@ -59,7 +59,7 @@ async fn main() -> anyhow::Result<()> {
     // The one line on stdout: scripts and tests wait for it.
     println!("reconciler running as {owner}; metrics at http://{metrics_address}/metrics");
     let provider_names: Vec<&str> = providers.names().collect();
-    tracing::info!(%owner, provider = %config.provider_url, providers = ?provider_names, "reconciler started");
+    tracing::info!(%owner, provider = %opgate_telemetry::loggable_url(&config.provider_url), providers = ?provider_names, "reconciler started");
     run(config, store, providers, owner, shutdown).await;
     tracing::info!("reconciler stopped");
     telemetry.shutdown();

@@ -11,7 +11,9 @@ mod logs;
 mod metrics;
 mod metrics_server;
 pub mod propagation;
+mod redact;
 
 pub use init::{init, LogFormat, Telemetry, TelemetryError};
 pub use metrics::{metrics, refresh_pipeline_every, Metrics, PipelineSnapshot};
 pub use metrics_server::serve_metrics;
+pub use redact::loggable_url;
