@@ -1,24 +1,55 @@
-# opgate: the two commands are `make run` and `make test`.
-# Both use a throwaway PostgreSQL under target/pg/ unless DATABASE_URL is set.
+# opgate: the commands are `make run`, `make test` and `make up` / `make down`.
+# run and test use a throwaway PostgreSQL under target/pg/, up keeps one under
+# target/up/pg; each uses the database in DATABASE_URL instead when it is set.
 
 CARGO ?= cargo
 WITH_PG := scripts/with-postgres.sh
 # The test cluster is thrown away, so durability buys nothing there.
 TEST_PG_SETTINGS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 
-.PHONY: build test python-tools run lint fmt clean-pg bench bench-quick bench-telemetry
+.PHONY: build test python-tools deploy-tools deploy-check readme-check up down mutants \
+	run lint fmt clean-pg bench bench-quick bench-telemetry
 
 build:
 	$(CARGO) build --workspace --bins
 
-## test: the whole suite against a throwaway PostgreSQL it starts and stops itself.
+## test: the Dockerfile and manifests checked offline, the README's commands run in a
+## clone, then the whole suite against a throwaway PostgreSQL it starts and stops itself
+## (the quick checks first, so that run-tests.sh's total is the last line).
 test: python-tools
 	$(CARGO) build --workspace --bins --tests
+	scripts/deploy-check.sh
+	scripts/readme-check.sh
 	PG_SETTINGS="$(TEST_PG_SETTINGS)" $(WITH_PG) scripts/run-tests.sh
 
 ## python-tools: the pinned Python tools the tests run (localstripe), in target/pytools.
 python-tools:
 	scripts/python-tools.sh
+
+## deploy-tools: hadolint, kubernetes-validate and checkov, pinned, in target/deploytools.
+deploy-tools:
+	scripts/deploy-tools.sh
+
+## deploy-check: lint the Dockerfile, validate and scan deploy/kubernetes, parse compose.yaml.
+deploy-check:
+	scripts/deploy-check.sh
+
+## readme-check: a clone runs make up and the README's "Using intake" commands, then make down.
+readme-check: build
+	scripts/readme-check.sh
+
+## up: PostgreSQL, provider-sim, intake, executor and reconciler left running on fixed
+## ports, with a demo agent and operator; logs and pids in target/up/.
+up: build
+	scripts/up.sh
+
+## down: stop what make up started (the database's files stay in target/up/pg).
+down:
+	scripts/down.sh
+
+## mutants: mutation testing (scripts/mutants.sh).
+mutants:
+	scripts/mutants.sh
 
 ## run: PostgreSQL, migrations, a demo agent, intake, and a short agent scenario.
 run: build
