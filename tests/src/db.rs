@@ -53,6 +53,41 @@ impl TestDb {
         Self { url, store }
     }
 
+    /// A plain connection to the test database, for what the store does not read
+    /// (payloads, fencing tokens, leases).
+    pub async fn sql(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test database");
+        tokio::spawn(connection);
+        client
+    }
+
+    /// The provider keys (`opgate-<id>`) of every operation in the database.
+    pub async fn provider_keys(&self) -> std::collections::HashSet<String> {
+        self.sql()
+            .await
+            .query("SELECT operation_id FROM operations", &[])
+            .await
+            .expect("read operation ids")
+            .iter()
+            .map(|row| format!("opgate-{}", row.get::<_, uuid::Uuid>(0)))
+            .collect()
+    }
+
+    /// A field of the operation's stored (normalised) payload.
+    pub async fn payload_field(&self, id: uuid::Uuid, field: &str) -> Option<String> {
+        self.sql()
+            .await
+            .query_one(
+                "SELECT request_payload ->> $2 FROM operations WHERE operation_id = $1",
+                &[&id, &field],
+            )
+            .await
+            .expect("read the payload")
+            .get(0)
+    }
+
     pub async fn counts(&self) -> TableCounts {
         self.store.table_counts().await.expect("count rows")
     }

@@ -86,6 +86,19 @@ impl Kind {
             .collect()
     }
 
+    /// The provider's id of one of its ledger rows (`effects_in`): what the operation
+    /// records as its provider reference.
+    pub fn effect_id(self, effect: &Value) -> &str {
+        let field = match self {
+            Kind::Payment => "payment_id",
+            Kind::Refund => "refund_id",
+            Kind::Order => "resource_id",
+        };
+        effect[field]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {field} in {effect}"))
+    }
+
     /// The body of one operation of the kind (`refund` of `payment`).
     fn body(self, key: &str, payment: Option<Uuid>) -> Value {
         match self {
@@ -224,16 +237,17 @@ impl KindStack {
         counts.get("SUCCEEDED").copied().unwrap_or(0)
     }
 
-    /// What provider-sim did for this operation: its charges, refunds or orders (by
-    /// its provider key, `opgate-<id>`).
+    /// What provider-sim did for this operation, ledger-wide: its charges, refunds or
+    /// orders under its provider key (`opgate-<id>`) or under a key that names no
+    /// operation of the database; a payment's charges for its invoice too
+    /// (`Stack::charges_for`).
     pub async fn effects_for(&self, id: Uuid) -> Vec<Value> {
-        let key = format!("opgate-{id}");
+        if self.kind == Kind::Payment {
+            return self.charges_for(id).await;
+        }
         let ledger = self.sim.ledger().await;
-        self.kind
-            .effects_in(&ledger)
-            .into_iter()
-            .filter(|effect| effect["idempotency_key"] == key.as_str())
-            .collect()
+        let effects = self.kind.effects_in(&ledger);
+        crate::stack::ledger_wide(&self.db, id, &effects, |_| false).await
     }
 
     /// How many charges, refunds or orders provider-sim made, for every key.

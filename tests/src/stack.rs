@@ -10,6 +10,26 @@ use uuid::Uuid;
 use crate::api::{payment_body, post_operation, post_payment, Reply};
 use crate::{eventually, Intake, ProviderSim, TestDb};
 
+/// The ledger rows (charges, refunds, resources) operation `id` may have caused: under
+/// its provider key, under a key that names no operation in `db` (so no other
+/// operation's), or that `also` attributes to it.
+pub async fn ledger_wide(
+    db: &TestDb,
+    id: Uuid,
+    rows: &[serde_json::Value],
+    also: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    let mine = format!("opgate-{id}");
+    let keys = db.provider_keys().await;
+    rows.iter()
+        .filter(|row| {
+            let key = row["idempotency_key"].as_str().unwrap_or_default();
+            key == mine || !keys.contains(key) || also(row)
+        })
+        .cloned()
+        .collect()
+}
+
 pub struct Stack {
     pub db: TestDb,
     pub key: String,
@@ -140,6 +160,39 @@ impl Stack {
         .await
     }
 
+    /// Waits until the operation is in none of `statuses` (the executor is done with
+    /// it, say), and returns it: a test that expects one outcome fails as soon as
+    /// another is written, not when its wait runs out.
+    pub async fn wait_until_not(
+        &self,
+        id: Uuid,
+        statuses: &[&str],
+        timeout: Duration,
+    ) -> OperationRecord {
+        eventually(
+            timeout,
+            &format!("operation {id} to leave {statuses:?}"),
+            || async {
+                let op = self.operation(id).await;
+                (!statuses.contains(&op.status.as_str())).then_some(op)
+            },
+        )
+        .await
+    }
+
+    /// The statuses the operation moved through (applied transitions, in order).
+    pub async fn trail(&self, id: Uuid) -> Vec<String> {
+        self.db
+            .store
+            .operation_events(id)
+            .await
+            .expect("read the audit trail")
+            .into_iter()
+            .filter(|e| e.outcome == "applied")
+            .map(|e| e.to_status)
+            .collect()
+    }
+
     /// Waits until every operation is SUCCEEDED.
     pub async fn wait_all_succeeded(&self, expected: i64, timeout: Duration) {
         eventually(
@@ -153,17 +206,18 @@ impl Stack {
         .await
     }
 
-    /// Charges in provider-sim's ledger for this operation's provider key.
+    /// Every charge in provider-sim's ledger this operation may have caused, whatever
+    /// key it was made under: those under its provider key, those for its invoice, and
+    /// those under a key that names no operation of this database (a key bug). A second
+    /// charge under another key shows as two charges, not as none.
     pub async fn charges_for(&self, id: Uuid) -> Vec<serde_json::Value> {
-        let key = format!("opgate-{id}");
+        let invoice = self.db.payload_field(id, "invoice_id").await;
         let ledger = self.sim.ledger().await;
-        ledger["charges"]
-            .as_array()
-            .expect("charges")
-            .iter()
-            .filter(|c| c["idempotency_key"] == key.as_str())
-            .cloned()
-            .collect()
+        let charges = ledger["charges"].as_array().expect("charges");
+        ledger_wide(&self.db, id, charges, |charge| {
+            invoice.is_some() && charge["invoice_id"].as_str() == invoice.as_deref()
+        })
+        .await
     }
 
     pub async fn requests_for(&self, id: Uuid) -> u64 {

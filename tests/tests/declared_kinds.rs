@@ -85,17 +85,12 @@ impl Declared {
         .await
     }
 
-    /// provider-sim's resources created under this operation's provider key.
+    /// provider-sim's resources this operation may have created, ledger-wide: under
+    /// its provider key or under a key that names no operation of the database.
     async fn resources_for(&self, id: Uuid) -> Vec<serde_json::Value> {
-        let key = format!("opgate-{id}");
         let ledger = self.sim.ledger().await;
-        ledger["resources"]
-            .as_array()
-            .expect("resources")
-            .iter()
-            .filter(|r| r["idempotency_key"] == key.as_str())
-            .cloned()
-            .collect()
+        let resources = ledger["resources"].as_array().expect("resources");
+        opgate_e2e::stack::ledger_wide(&self.db, id, resources, |_| false).await
     }
 }
 

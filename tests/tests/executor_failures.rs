@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use opgate_e2e::{eventually, Executor, Kind, PgCluster, Stack, TestDb};
+use opgate_e2e::{eventually, Executor, Kind, KindStack, PgCluster, Stack, TestDb};
 use serde_json::json;
 
 const SETTLE: Duration = Duration::from_secs(30);
@@ -59,6 +59,224 @@ async fn kill_9_mid_call_lets_another_executor_finish_exactly_once_refund() {
 #[tokio::test]
 async fn kill_9_mid_call_lets_another_executor_finish_exactly_once_order() {
     kill_9_mid_call_lets_another_executor_finish(Kind::Order).await;
+}
+
+/// An executor killed after the provider did the operation and before its answer
+/// arrived (provider-sim holds it): the new owner takes the operation over, sends the
+/// same key again, and the provider answers with what it did, without doing it twice.
+async fn kill_9_after_the_provider_did_it_lets_another_executor_finish(kind: Kind) {
+    let stack = kind.start().await;
+    let first = stack.executor(&["--lease", "1s"]).await;
+    let id = stack
+        .register("crash-after-1", json!({"delay_answer_ms": 60000}))
+        .await;
+    eventually(SETTLE, "the provider to have done it", || async {
+        (stack.effects_for(id).await.len() == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        stack.operation(id).await.status.as_str(),
+        "IN_PROGRESS",
+        "the answer is still held"
+    );
+    first.service.kill9().await;
+    stack.sim.set_faults(json!({})).await;
+
+    let second = stack.executor(&["--lease", "1s"]).await;
+    let op = stack
+        .wait_until_not(id, &["PENDING", "IN_PROGRESS"], SETTLE)
+        .await;
+    assert_eq!(op.status.as_str(), "SUCCEEDED", "{:?}", op.last_error);
+    let effects = stack.effects_for(id).await;
+    assert_eq!(effects.len(), 1, "{} done twice: {effects:?}", kind.name());
+    assert_eq!(
+        op.provider_reference.as_deref(),
+        Some(kind.effect_id(&effects[0]))
+    );
+    assert_eq!(
+        stack.requests_for(id).await,
+        2,
+        "sent again once, under the same key"
+    );
+    assert_eq!(op.attempts, 2);
+    let events = stack.db.store.operation_events(id).await.unwrap();
+    assert!(
+        events.iter().any(|e| e.actor == second.owner()
+            && e.reason.as_deref() == Some("lease expired; taken over")),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn kill_9_after_the_provider_did_it_lets_another_executor_finish_exactly_once_payment() {
+    kill_9_after_the_provider_did_it_lets_another_executor_finish(Kind::Payment).await;
+}
+
+#[tokio::test]
+async fn kill_9_after_the_provider_did_it_lets_another_executor_finish_exactly_once_refund() {
+    kill_9_after_the_provider_did_it_lets_another_executor_finish(Kind::Refund).await;
+}
+
+#[tokio::test]
+async fn kill_9_after_the_provider_did_it_lets_another_executor_finish_exactly_once_order() {
+    kill_9_after_the_provider_did_it_lets_another_executor_finish(Kind::Order).await;
+}
+
+/// What the fencing token is for: a worker whose lease expired wakes up with an answer
+/// and writes it while the new owner still holds the operation IN_PROGRESS, so the
+/// status guard alone would let the write through. The token refuses it, the refusal
+/// is audited, and the new owner's result is the one kept.
+#[tokio::test]
+async fn a_stale_write_while_the_new_owner_holds_the_lease_is_refused_by_the_token() {
+    let stack = Kind::Payment.start().await;
+    // A long lease (its heartbeat is not due again while the test runs, so nothing but
+    // its answer wakes it) and a long response timeout (the answer waits for it
+    // however long it is stopped).
+    let stale = stack
+        .executor(&["--lease", "60s", "--response-timeout", "60s"])
+        .await;
+    let stale_owner = stale.owner().to_owned();
+    // The provider charges, then holds the answer long enough to stop the worker first.
+    let id = stack
+        .register("live-owner-1", json!({"delay_answer_ms": 2500}))
+        .await;
+    let stale_token = claim_token(&stack, id, &stale_owner).await;
+    eventually(
+        SETTLE,
+        "the stale worker's call to reach the provider",
+        || async { (stack.requests_for(id).await >= 1).then_some(()) },
+    )
+    .await;
+    stale.service.signal("STOP");
+    // Its answer goes out while it is stopped, and waits in its socket.
+    eventually(
+        SETTLE,
+        "the provider to answer the stopped worker",
+        || async {
+            stack
+                .sim
+                .service
+                .logs()
+                .lines()
+                .any(|line| {
+                    line.contains("\"message\":\"request\"") && line.contains("delay-answer-ms")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    // Its lease ends while it is stopped, as a lease runs out under a long stall:
+    // released with the store's own statement rather than waited out.
+    stack.db.store.release_lease(id, stale_token).await.unwrap();
+
+    // The new owner's call is held for as long as the test needs: it times out and
+    // re-sends (same key) until the answers are released below.
+    stack
+        .sim
+        .set_faults(json!({"delay_answer_ms": 60000}))
+        .await;
+    let owner = stack
+        .executor(&[
+            "--lease",
+            "1s",
+            "--response-timeout",
+            "2s",
+            "--retry-base",
+            "50ms",
+        ])
+        .await;
+    let owner_token = claim_token(&stack, id, owner.owner()).await;
+    assert!(owner_token > stale_token);
+    eventually(
+        SETTLE,
+        "the new owner's call to reach the provider",
+        || async { (stack.requests_for(id).await >= 2).then_some(()) },
+    )
+    .await;
+
+    stale.service.signal("CONT");
+    let stale_write = eventually(SETTLE, "the stale worker's write", || async {
+        let events = stack.db.store.operation_events(id).await.ok()?;
+        events.into_iter().find(|e| {
+            e.actor == stale_owner
+                && (e.outcome == "rejected_stale"
+                    || (e.outcome == "applied" && e.to_status != "IN_PROGRESS"))
+        })
+    })
+    .await;
+    assert_eq!(
+        (
+            stale_write.outcome.as_str(),
+            stale_write.to_status.as_str(),
+            stale_write.fencing_token
+        ),
+        ("rejected_stale", "SUCCEEDED", Some(stale_token)),
+        "the stale worker's write landed while the new owner held the lease: {stale_write:?}"
+    );
+    assert!(
+        stale_write
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("stale write rejected")),
+        "{stale_write:?}"
+    );
+    // The new owner still holds the operation, untouched.
+    let row = stack
+        .db
+        .sql()
+        .await
+        .query_one(
+            "SELECT status, fencing_token, lease_owner FROM operations WHERE operation_id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, String>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, Option<String>>(2)
+        ),
+        (
+            "IN_PROGRESS".to_owned(),
+            owner_token,
+            Some(owner.owner().to_owned())
+        )
+    );
+
+    // Answers released: the new owner's re-send is answered, and its result is kept.
+    stack.sim.set_faults(json!({})).await;
+    let op = stack
+        .wait_until_not(id, &["PENDING", "IN_PROGRESS"], SETTLE)
+        .await;
+    assert_eq!(op.status.as_str(), "SUCCEEDED", "{:?}", op.last_error);
+    let events = stack.db.store.operation_events(id).await.unwrap();
+    let done = events
+        .iter()
+        .find(|e| e.outcome == "applied" && e.to_status == "SUCCEEDED")
+        .unwrap();
+    assert_eq!(
+        (done.actor.as_str(), done.fencing_token),
+        (owner.owner(), Some(owner_token))
+    );
+    let charges = stack.charges_for(id).await;
+    assert_eq!(charges.len(), 1, "{charges:?}");
+    assert_eq!(
+        op.provider_reference.as_deref(),
+        charges[0]["payment_id"].as_str()
+    );
+}
+
+/// The fencing token of `owner`'s claim of the operation, once it has claimed it.
+async fn claim_token(stack: &KindStack, id: uuid::Uuid, owner: &str) -> i64 {
+    eventually(SETTLE, &format!("{owner} to claim"), || async {
+        let events = stack.db.store.operation_events(id).await.ok()?;
+        events
+            .iter()
+            .find(|e| e.actor == owner && e.to_status == "IN_PROGRESS")
+            .and_then(|e| e.fencing_token)
+    })
+    .await
 }
 
 /// An executor stopped (SIGSTOP) past its lease: another executor finishes the

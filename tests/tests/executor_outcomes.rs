@@ -148,7 +148,11 @@ async fn a_dropped_response_without_keyed_retries_is_unknown_not_failed() {
     .await;
     let id = stack.pay("cus_lost", "lost-1").await;
     let op = stack.wait_for_status(id, "UNKNOWN", SETTLE).await;
-    assert!(op.last_error.is_some());
+    let error = op.last_error.unwrap_or_default();
+    assert!(
+        error.starts_with("request failed after connecting"),
+        "a dropped answer recorded as {error:?}"
+    );
     assert_eq!(
         stack.charges_for(id).await.len(),
         1,

@@ -155,6 +155,18 @@ async fn the_limit_itself_is_allowed() {
         .post(Some("at-limit"), payment_body("c", "i", "1000"))
         .await;
     assert_eq!(reply.status, 202, "{}", reply.body);
+    // Registered for exactly the limit, neither rounded nor cut.
+    let id = reply.operation_id().parse().unwrap();
+    let stored = f.db.store.find_operation(id).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            stored.amount.map(|a| a.to_string()),
+            stored.currency.as_deref()
+        ),
+        (Some("1000.00".to_owned()), Some("USD"))
+    );
+    assert_eq!(stored.agent_id, "billing-agent");
+    assert_eq!(stored.status.as_str(), "PENDING");
 }
 
 #[tokio::test]

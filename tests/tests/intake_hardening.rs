@@ -362,6 +362,16 @@ async fn an_unknown_query_parameter_is_a_400_problem() {
 #[tokio::test]
 async fn valid_admin_queries_are_answered() {
     let f = fixture().await;
+    // Another agent's pending payment, which the agent filter leaves out.
+    let other = post_payment(
+        &f.client,
+        &f.intake.base_url,
+        Some(&f.other_key),
+        Some("other-first"),
+        &payment_body("cus_2", "inv_2", "20.00"),
+    )
+    .await;
+    assert_eq!(other.status, 202, "{}", other.body);
     let reply = Reply::from(
         f.admin_list("?agent=billing-agent&status=pending&limit=5000")
             .send()
@@ -370,5 +380,10 @@ async fn valid_admin_queries_are_answered() {
     )
     .await;
     assert_eq!(reply.status, 200, "{}", reply.body);
-    assert_eq!(reply.body.as_array().unwrap().len(), 1);
+    let listed = reply.body.as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{}", reply.body);
+    assert_eq!(listed[0]["operation_id"], f.payment_id.as_str());
+    assert_eq!(listed[0]["agent_id"], "billing-agent");
+    assert_eq!(listed[0]["operation_type"], "payment");
+    assert_eq!(listed[0]["status"], "PENDING");
 }

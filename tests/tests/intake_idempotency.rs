@@ -212,15 +212,27 @@ async fn keys_are_scoped_per_agent_and_operations_are_private() {
     assert_eq!(b.header("idempotent-replayed"), None);
     assert_ne!(a.operation_id(), b.operation_id());
     assert_eq!(db.counts().await.operations, 2);
+    // Each agent's key names that agent's own request.
+    for (reply, agent, amount) in [(&a, "alice", "1.00"), (&b, "bob", "2.00")] {
+        let id = reply.operation_id().parse().unwrap();
+        let stored = db.store.find_operation(id).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                stored.agent_id.as_str(),
+                stored.amount.map(|a| a.to_string())
+            ),
+            (agent, Some(amount.to_owned()))
+        );
+    }
 
     // Bob cannot see Alice's operation, and the answer is the same as for no operation.
     get_operation(&client, base, &bob, a.operation_id())
         .await
         .assert_problem(404);
-    assert_eq!(
-        get_operation(&client, base, &alice, a.operation_id())
-            .await
-            .status,
-        202
-    );
+    let mine = get_operation(&client, base, &alice, a.operation_id()).await;
+    assert_eq!(mine.status, 202, "{}", mine.body);
+    assert_eq!(mine.body["operation_id"], a.operation_id());
+    assert_eq!(mine.body["operation_type"], "payment");
+    assert_eq!(mine.body["status"], "PENDING");
+    assert_eq!(mine.body["created_at"], a.body["created_at"]);
 }

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use opgate_e2e::api::{payment_body, post_payment, post_raw};
+use opgate_e2e::metrics::metric;
 use opgate_e2e::otlp::{OtlpReceiver, ReceivedSpan, SpanKind};
 use opgate_e2e::{eventually, Executor, Reconciler, Stack, TestDb};
 use serde_json::json;
@@ -191,16 +192,6 @@ async fn one_payment_is_one_trace_across_every_service() {
     .await;
 }
 
-async fn metric(url: &str, name: &str, label: Option<(&str, &str)>) -> f64 {
-    let text = reqwest::get(url).await.unwrap().text().await.unwrap();
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter(|line| line.split(['{', ' ']).next() == Some(name))
-        .filter(|line| label.is_none_or(|(k, v)| line.contains(&format!("{k}=\"{v}\""))))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test]
 async fn metrics_move_with_replays_lost_answers_and_reconciliations() {
     let stack = Stack::start(&["drop-after-commit=1.0"]).await;
@@ -254,9 +245,19 @@ async fn metrics_move_with_replays_lost_answers_and_reconciliations() {
             >= 1.0
     );
 
-    // The dropped answer: a provider timeout, and the UNKNOWN gauge shows it.
+    // The dropped answer: an uncertain outcome that is no timeout (the timeouts are
+    // counted in executor_timeouts.rs), and the UNKNOWN gauge shows it.
     let id = first.operation_id().parse().unwrap();
     stack.wait_for_status(id, "UNKNOWN", SETTLE).await;
+    assert_eq!(
+        metric(
+            executor.metrics_url(),
+            "opgate_provider_uncertain_total",
+            None
+        )
+        .await,
+        1.0
+    );
     assert_eq!(
         metric(
             executor.metrics_url(),
@@ -264,7 +265,8 @@ async fn metrics_move_with_replays_lost_answers_and_reconciliations() {
             None
         )
         .await,
-        1.0
+        0.0,
+        "a dropped connection counted as a timeout"
     );
     eventually(SETTLE, "the UNKNOWN gauge at 1", || async {
         let unknown = metric(

@@ -68,19 +68,19 @@ async fn a_pending_payment_is_rechecked_with_backoff_until_it_settles() {
     let _reconciler = Reconciler::start_reconciler(
         &stack.db.url,
         &stack.sim.base_url,
-        &["--backoff-base", "50ms", "--backoff-max", "400ms"],
+        &["--backoff-base", "100ms", "--backoff-max", "1600ms"],
     )
     .await;
 
-    // Let it find both still pending a few times.
-    for id in [will_succeed, will_fail] {
-        eventually(SETTLE, "three inconclusive checks", || async {
+    // Let it find both still pending a few times: five checks, four gaps to measure.
+    for (id, checks) in [(will_succeed, 5), (will_fail, 3)] {
+        eventually(SETTLE, "inconclusive checks", || async {
             let events = stack.db.store.operation_events(id).await.ok()?;
             (events
                 .iter()
                 .filter(|e| e.to_status == "RECONCILING")
                 .count()
-                >= 3)
+                >= checks)
                 .then_some(())
         })
         .await;
@@ -110,21 +110,26 @@ async fn a_pending_payment_is_rechecked_with_backoff_until_it_settles() {
     assert!(stack.charges_for(will_fail).await.is_empty());
 
     // The backoff is in the audit trail: checks spaced further and further apart.
+    // After check n the next waits 100 ms·2ⁿ⁻¹ with jitter down to half of it, and
+    // never less (the check is due only then), so each gap has a floor that doubles:
+    // 50, 100, 200, 400 ms. A flat backoff stays near the first.
     let events = stack.db.store.operation_events(will_succeed).await.unwrap();
     let checks: Vec<_> = events
         .iter()
         .filter(|e| e.to_status == "RECONCILING")
         .map(|e| e.created_at)
         .collect();
-    assert!(checks.len() >= 3);
+    assert!(checks.len() >= 5, "{checks:?}");
     let gaps: Vec<i64> = checks
         .windows(2)
         .map(|w| (w[1] - w[0]).num_milliseconds())
         .collect();
-    assert!(
-        gaps[1] > gaps[0] / 2 && gaps.iter().all(|g| *g >= 20),
-        "gaps {gaps:?}"
-    );
+    for (gap, floor) in gaps.iter().zip([50, 100, 200, 400]) {
+        assert!(
+            *gap >= floor,
+            "gaps {gaps:?} do not grow: {gap} ms < {floor} ms"
+        );
+    }
     assert!(events
         .iter()
         .any(|e| e.reason.as_deref() == Some("provider reports the operation as pending")));

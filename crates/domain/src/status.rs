@@ -159,6 +159,24 @@ mod tests {
     }
 
     #[test]
+    fn statuses_and_next_actions_read_as_the_api_spells_them() {
+        assert_eq!(ManualReview.to_string(), "MANUAL_REVIEW");
+        assert_eq!(
+            format!("{InProgress} -> {Unknown}"),
+            "IN_PROGRESS -> UNKNOWN"
+        );
+        let actions = [
+            (NextAction::Poll, "poll"),
+            (NextAction::WaitForApproval, "wait_for_approval"),
+            (NextAction::Done, "done"),
+            (NextAction::NewKeyRequired, "new_key_required"),
+        ];
+        for (action, name) in actions {
+            assert_eq!(action.as_str(), name);
+        }
+    }
+
+    #[test]
     fn allowed_transitions_follow_the_design() {
         let allowed = [
             (AwaitingApproval, Pending),
@@ -230,8 +248,20 @@ mod tests {
     }
 
     #[test]
-    fn a_timeout_can_never_be_recorded_as_failed_without_passing_reconciliation() {
-        assert!(!OperationStatus::can_transition(Unknown, Failed));
-        assert!(!OperationStatus::can_transition(Unknown, Succeeded));
+    fn an_unknown_outcome_is_concluded_only_through_reconciliation() {
+        for to in OperationStatus::ALL {
+            assert_eq!(
+                OperationStatus::can_transition(Unknown, to),
+                to == Reconciling,
+                "UNKNOWN -> {to}"
+            );
+        }
+        // What the state machine cannot do: IN_PROGRESS -> FAILED is allowed (a refusal,
+        // or proof the request never left), so nothing here tells a timeout from a
+        // refusal. The executor's rules keep every timeout out of FAILED
+        // (opgate-executor rules::tests::every_answer_in_every_situation_leads_to_its_rule,
+        // no_answer_without_evidence_ever_fails), and the end-to-end test
+        // executor_timeouts.rs shows it on a real timeout.
+        assert!(OperationStatus::can_transition(InProgress, Failed));
     }
 }

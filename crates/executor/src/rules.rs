@@ -9,8 +9,12 @@
 //! | definitive refusal, nothing sent before        | FAILED with the provider's error        |
 //! | definitive refusal after an uncertain attempt  | UNKNOWN (the earlier attempt may have done it) |
 //! | not sent, nothing sent before                  | requeue with backoff; FAILED past the attempts |
-//! | not sent after an uncertain attempt, uncertain | same key again while attempts last and the provider deduplicates; else UNKNOWN |
+//! | not sent after an uncertain attempt, uncertain or timed out | same key again while attempts last and the provider deduplicates; else UNKNOWN |
 //! | uncertain, and the provider advises no retry   | UNKNOWN at once                         |
+//!
+//! "An uncertain attempt" is any earlier call that may have reached the provider: one
+//! of this claim's (`Attempt::answered` carries it to the next call) or the previous
+//! owner's, whose lease expired mid-call (`Attempt::first_call` of a takeover).
 
 use std::time::Duration;
 
@@ -47,6 +51,40 @@ pub enum Step {
     RetrySameKey {
         cause: String,
     },
+}
+
+impl Attempt {
+    /// The first call of a claim. A claim taken over from an owner whose lease expired
+    /// mid-call starts as possibly sent: that owner may have reached the provider.
+    pub fn first_call(
+        claim: &Claim,
+        retry_count: u32,
+        retry_base: Duration,
+        retry_max: Duration,
+    ) -> Self {
+        Self {
+            maybe_sent: claim.taken_over,
+            calls: claim.attempts.max(1),
+            max_attempts: claim.max_attempts,
+            keyed_retries_safe: claim.keyed_retries_safe,
+            retry_count,
+            retry_base,
+            retry_max,
+        }
+    }
+
+    /// The step this call's answer leads to. When it is to send again, `self` becomes
+    /// the next call's: one more call, and possibly sent, since the same key is sent
+    /// again only after an answer that may have reached the provider (uncertain, timed
+    /// out) or one that proves nothing about an earlier call that may have.
+    pub fn answered(&mut self, outcome: ProviderOutcome) -> Step {
+        let step = after_answer(outcome, self);
+        if let Step::RetrySameKey { .. } = step {
+            self.maybe_sent = true;
+            self.calls += 1;
+        }
+        step
+    }
 }
 
 /// The step an answer leads to.
@@ -113,7 +151,9 @@ pub fn after_answer(outcome: ProviderOutcome, attempt: &Attempt) -> Step {
                 .with_error(cause),
             )
         }
-        ProviderOutcome::NotSent { cause } | ProviderOutcome::Uncertain { cause } => cause,
+        ProviderOutcome::NotSent { cause }
+        | ProviderOutcome::Uncertain { cause }
+        | ProviderOutcome::TimedOut { cause } => cause,
     };
     if !attempt.keyed_retries_safe || attempt.calls >= attempt.max_attempts {
         return Step::Write(
@@ -198,6 +238,12 @@ mod tests {
         }
     }
 
+    fn timed_out() -> ProviderOutcome {
+        ProviderOutcome::TimedOut {
+            cause: "no complete answer within 10000 ms".into(),
+        }
+    }
+
     fn rejected() -> ProviderOutcome {
         ProviderOutcome::Rejected {
             status: 409,
@@ -221,6 +267,7 @@ mod tests {
         ));
         assert_eq!(t.to, Succeeded);
         assert_eq!(t.provider_reference.as_deref(), Some("pay_1"));
+        assert_eq!(t.last_error, None);
     }
 
     #[test]
@@ -238,7 +285,11 @@ mod tests {
                 },
             ));
             assert_eq!(t.to, Failed);
-            assert!(t.last_error.unwrap().contains("card_declined"));
+            assert_eq!(t.provider_reference.as_deref(), Some("pay_2"));
+            assert_eq!(
+                t.last_error.as_deref(),
+                Some("declined by the provider: card_declined")
+            );
         }
     }
 
@@ -252,13 +303,17 @@ mod tests {
         ));
         assert_eq!(t.to, Unknown);
         assert_eq!(t.provider_reference.as_deref(), Some("pay_3"));
+        assert_eq!(t.next_check_in, None, "checked at once");
     }
 
     #[test]
     fn a_first_hand_refusal_is_a_failure() {
         let t = written(after_answer(rejected(), &attempt()));
         assert_eq!(t.to, Failed);
-        assert!(t.last_error.unwrap().contains("HTTP 409"));
+        assert_eq!(
+            t.last_error.as_deref(),
+            Some("provider rejected the request (HTTP 409): conflict")
+        );
     }
 
     #[test]
@@ -270,7 +325,12 @@ mod tests {
                 ..attempt()
             },
         );
-        assert_eq!(written(step).to, Unknown);
+        let t = written(step);
+        assert_eq!(t.to, Unknown);
+        assert!(t
+            .last_error
+            .unwrap()
+            .contains("an earlier attempt may have reached it"));
     }
 
     #[test]
@@ -299,10 +359,10 @@ mod tests {
         );
         let t = written(last);
         assert_eq!(t.to, Failed);
-        assert!(t
-            .last_error
-            .unwrap()
-            .contains("never reached the provider after 3"));
+        assert_eq!(
+            t.last_error.as_deref(),
+            Some("never reached the provider after 3 attempts: refused")
+        );
     }
 
     #[test]
@@ -355,7 +415,31 @@ mod tests {
     }
 
     #[test]
-    fn no_uncertain_answer_ever_fails() {
+    fn a_timeout_is_as_uncertain_as_any_lost_answer() {
+        assert_eq!(
+            after_answer(timed_out(), &attempt()),
+            Step::RetrySameKey {
+                cause: "no complete answer within 10000 ms".into()
+            }
+        );
+        let last = written(after_answer(
+            timed_out(),
+            &Attempt {
+                calls: 3,
+                ..attempt()
+            },
+        ));
+        assert_eq!(last.to, Unknown);
+        assert_eq!(
+            last.last_error.as_deref(),
+            Some("no complete answer within 10000 ms")
+        );
+    }
+
+    #[test]
+    fn no_answer_without_evidence_ever_fails() {
+        let final_ = || ProviderOutcome::UncertainFinal { cause: "?".into() };
+        let answers: [fn() -> ProviderOutcome; 2] = [uncertain, timed_out];
         for maybe_sent in [false, true] {
             for calls in 1..=4 {
                 for keyed_retries_safe in [false, true] {
@@ -365,8 +449,10 @@ mod tests {
                         keyed_retries_safe,
                         ..attempt()
                     };
-                    if let Step::Write(t) = after_answer(uncertain(), &a) {
-                        assert_ne!(t.to, Failed, "{a:?}");
+                    for answer in answers.iter().map(|f| f()).chain([final_()]) {
+                        if let Step::Write(t) = after_answer(answer.clone(), &a) {
+                            assert_ne!(t.to, Failed, "{answer:?} {a:?}");
+                        }
                     }
                 }
             }
@@ -381,8 +467,32 @@ mod tests {
             },
             &attempt(),
         );
-        assert_eq!(written(step).to, Unknown);
+        let t = written(step);
+        assert_eq!(t.to, Unknown);
+        assert_eq!(t.last_error.as_deref(), Some("Stripe api_error"));
     }
+
+    // Rule by rule: every provider answer, in every situation a call can be in, as
+    // the worker reaches it (`Attempt::first_call`, then `answered` for each call).
+
+    /// What a step comes to, for the table below.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Then {
+        Write(OperationStatus),
+        Requeue,
+        Retry,
+    }
+
+    fn then(step: &Step) -> Then {
+        match step {
+            Step::Write(t) => Then::Write(t.to),
+            Step::Requeue { .. } => Then::Requeue,
+            Step::RetrySameKey { .. } => Then::Retry,
+        }
+    }
+
+    const BASE: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(1);
 
     fn claim() -> Claim {
         Claim {
@@ -391,6 +501,214 @@ mod tests {
             max_attempts: 3,
             keyed_retries_safe: true,
         }
+    }
+
+    /// The situations a call can be in, each built the way the worker builds it, and
+    /// whether an earlier call may have reached the provider.
+    fn situations(max_attempts: u32, keyed: bool) -> Vec<(&'static str, Attempt, bool)> {
+        let fresh = Claim {
+            max_attempts,
+            keyed_retries_safe: keyed,
+            ..claim()
+        };
+        let mut all = vec![(
+            "first call of a fresh claim",
+            Attempt::first_call(&fresh, 0, BASE, MAX),
+            false,
+        )];
+        if !keyed {
+            // Without keyed retries nothing is sent twice: an uncertain answer ends
+            // the claim, and a takeover is never sent (before_call).
+            return all;
+        }
+        for (name, earlier) in [
+            ("retry after an uncertain answer", uncertain()),
+            ("retry after a timeout", timed_out()),
+        ] {
+            let mut a = Attempt::first_call(&fresh, 0, BASE, MAX);
+            assert_eq!(then(&a.answered(earlier)), Then::Retry);
+            all.push((name, a, true));
+        }
+        let taken_over = Claim {
+            taken_over: true,
+            attempts: 2,
+            ..fresh
+        };
+        all.push((
+            "first call after taking over an abandoned lease",
+            Attempt::first_call(&taken_over, 0, BASE, MAX),
+            true,
+        ));
+        all
+    }
+
+    fn expected(answer: &ProviderOutcome, sent_before: bool, left: bool, keyed: bool) -> Then {
+        use ProviderOutcome as P;
+        match answer {
+            P::Succeeded { .. } => Then::Write(Succeeded),
+            P::Declined { .. } => Then::Write(Failed),
+            P::Pending { .. } => Then::Write(Unknown),
+            P::Rejected { .. } if sent_before => Then::Write(Unknown),
+            P::Rejected { .. } => Then::Write(Failed),
+            P::NotSent { .. } if !sent_before && left => Then::Requeue,
+            P::NotSent { .. } if !sent_before => Then::Write(Failed),
+            P::UncertainFinal { .. } => Then::Write(Unknown),
+            P::NotSent { .. } | P::Uncertain { .. } | P::TimedOut { .. } if left && keyed => {
+                Then::Retry
+            }
+            P::NotSent { .. } | P::Uncertain { .. } | P::TimedOut { .. } => Then::Write(Unknown),
+        }
+    }
+
+    fn every_answer() -> Vec<ProviderOutcome> {
+        vec![
+            ProviderOutcome::Succeeded {
+                reference: "pay_1".into(),
+            },
+            ProviderOutcome::Declined {
+                reference: None,
+                code: "card_declined".into(),
+            },
+            ProviderOutcome::Pending { reference: None },
+            ProviderOutcome::Rejected {
+                status: 400,
+                detail: "bad".into(),
+            },
+            rejected(),
+            ProviderOutcome::Rejected {
+                status: 422,
+                detail: "invalid".into(),
+            },
+            not_sent(),
+            uncertain(),
+            timed_out(),
+            ProviderOutcome::UncertainFinal { cause: "?".into() },
+        ]
+    }
+
+    #[test]
+    fn every_answer_in_every_situation_leads_to_its_rule() {
+        for keyed in [true, false] {
+            // Calls left after this one (max 9), and none left (max: the calls made).
+            for left in [true, false] {
+                for (situation, attempt, sent_before) in situations(9, keyed) {
+                    let attempt = Attempt {
+                        max_attempts: if left { 9 } else { attempt.calls },
+                        ..attempt
+                    };
+                    for answer in every_answer() {
+                        let mut this_call = attempt;
+                        let step = this_call.answered(answer.clone());
+                        assert_eq!(
+                            then(&step),
+                            expected(&answer, sent_before, left, keyed),
+                            "{answer:?} on the {situation} (calls left: {left}, keyed retries: {keyed})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_refusal_of_the_retry_after_a_timeout_is_unknown_never_failed() {
+        // The seed's scenario: the first call timed out (the provider may have charged),
+        // and the retry is refused. A 400 or a 409 then says nothing about the first.
+        for status in [400, 404, 409, 422] {
+            let mut a = Attempt::first_call(&claim(), 0, BASE, MAX);
+            assert_eq!(then(&a.answered(timed_out())), Then::Retry);
+            assert!(a.maybe_sent);
+            let t = written(a.answered(ProviderOutcome::Rejected {
+                status,
+                detail: "idempotency key in use".into(),
+            }));
+            assert_eq!(t.to, Unknown, "HTTP {status}");
+            assert!(t
+                .last_error
+                .unwrap()
+                .contains(&format!("provider rejected a retry (HTTP {status})")));
+        }
+    }
+
+    #[test]
+    fn a_not_sent_retry_keeps_the_earlier_uncertainty() {
+        let fresh = Claim {
+            max_attempts: 9,
+            ..claim()
+        };
+        let mut a = Attempt::first_call(&fresh, 0, BASE, MAX);
+        assert_eq!(then(&a.answered(uncertain())), Then::Retry);
+        assert_eq!(then(&a.answered(not_sent())), Then::Retry);
+        assert!(
+            a.maybe_sent,
+            "a call that never left erased the earlier one"
+        );
+        assert_eq!(written(a.answered(rejected())).to, Unknown);
+    }
+
+    #[test]
+    fn a_call_that_never_left_is_requeued_as_a_new_claim_not_retried_in_this_one() {
+        let mut a = Attempt::first_call(&claim(), 0, BASE, MAX);
+        assert_eq!(then(&a.answered(not_sent())), Then::Requeue);
+        assert_eq!((a.maybe_sent, a.calls), (false, 1), "nothing carried over");
+    }
+
+    #[test]
+    fn each_retry_counts_one_more_call_and_a_write_none() {
+        let mut a = Attempt::first_call(
+            &Claim {
+                attempts: 2,
+                ..claim()
+            },
+            0,
+            BASE,
+            MAX,
+        );
+        assert_eq!(a.calls, 2);
+        assert_eq!(then(&a.answered(uncertain())), Then::Retry);
+        assert_eq!(a.calls, 3);
+        // The third call of three: no retry left.
+        let t = written(a.answered(uncertain()));
+        assert_eq!(t.to, Unknown);
+        assert_eq!(a.calls, 3);
+    }
+
+    #[test]
+    fn the_first_call_takes_the_claims_count_and_backoff() {
+        let a = Attempt::first_call(
+            &Claim {
+                attempts: 0,
+                max_attempts: 4,
+                keyed_retries_safe: false,
+                taken_over: false,
+            },
+            2,
+            BASE,
+            MAX,
+        );
+        assert_eq!(
+            (
+                a.maybe_sent,
+                a.calls,
+                a.max_attempts,
+                a.keyed_retries_safe,
+                a.retry_count
+            ),
+            (false, 1, 4, false, 2)
+        );
+        assert_eq!((a.retry_base, a.retry_max), (BASE, MAX));
+        let taken = Attempt::first_call(
+            &Claim {
+                taken_over: true,
+                attempts: 3,
+                ..claim()
+            },
+            0,
+            BASE,
+            MAX,
+        );
+        assert!(taken.maybe_sent);
+        assert_eq!(taken.calls, 3);
     }
 
     #[test]
@@ -413,17 +731,33 @@ mod tests {
             ..claim()
         };
         assert_eq!(before_call(&taken), None);
+        assert_eq!(
+            before_call(&Claim {
+                attempts: 3,
+                ..taken
+            }),
+            None,
+            "the last attempt is still sent"
+        );
         let no_keyed = before_call(&Claim {
             keyed_retries_safe: false,
             ..taken
-        });
-        assert_eq!(no_keyed.unwrap().to, OperationStatus::Unknown);
+        })
+        .unwrap();
+        assert_eq!(no_keyed.to, OperationStatus::Unknown);
+        assert_eq!(
+            no_keyed.last_error.as_deref(),
+            Some("a previous executor's lease expired during execution")
+        );
         let exhausted = before_call(&Claim {
             attempts: 4,
             ..taken
         })
         .unwrap();
         assert_eq!(exhausted.to, OperationStatus::Unknown);
-        assert!(exhausted.last_error.unwrap().contains("after 3 attempts"));
+        assert_eq!(
+            exhausted.last_error.as_deref(),
+            Some("abandoned mid-call; not re-sent after 3 attempts")
+        );
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use crate::completions::Completions;
 use crate::heartbeat::{spawn_heartbeat, LeaseLost};
-use crate::rules::{after_answer, before_call, Attempt, Claim, Step};
+use crate::rules::{before_call, Attempt, Claim, Step};
 use crate::settled::SettledNotifier;
 use opgate_domain::backoff::retry_delay;
 use opgate_telemetry::{metrics, propagation};
@@ -85,7 +85,7 @@ impl Worker {
         );
         let mut calls = 0;
         let decision = self
-            .call_provider(op, &instruction_of(op), lost, &mut calls)
+            .call_provider(op, &claim, &instruction_of(op), lost, &mut calls)
             .await;
         drop(heartbeat);
         self.write(op, decision, calls).await;
@@ -94,20 +94,17 @@ impl Worker {
     async fn call_provider(
         &self,
         op: &ClaimedOperation,
+        claim: &Claim,
         instruction: &Instruction,
         mut lost: watch::Receiver<LeaseLost>,
         calls_made: &mut u32,
     ) -> Decision {
-        // A previous owner may have sent the request before its lease expired.
-        let mut attempt = Attempt {
-            maybe_sent: op.previous_status == OperationStatus::InProgress,
-            calls: op.attempts.max(1) as u32,
-            max_attempts: self.max_attempts,
-            keyed_retries_safe: self.providers.keyed_retries_safe(&op.provider),
-            retry_count: op.retry_count.max(0) as u32,
-            retry_base: self.retry_base,
-            retry_max: self.retry_max,
-        };
+        let mut attempt = Attempt::first_call(
+            claim,
+            op.retry_count.max(0) as u32,
+            self.retry_base,
+            self.retry_max,
+        );
         let mut retry_in_claim = 0;
         loop {
             let started = std::time::Instant::now();
@@ -125,13 +122,11 @@ impl Worker {
                 outcome = outcome_name(&outcome), elapsed_ms = started.elapsed().as_millis() as u64,
                 "provider call"
             );
-            let uncertain = matches!(outcome, ProviderOutcome::Uncertain { .. });
-            match after_answer(outcome, &attempt) {
+            match attempt.answered(outcome) {
                 Step::Write(transition) => return Decision::Write(transition),
                 Step::Requeue { delay, error } => return Decision::Requeue { delay, error },
                 Step::RetrySameKey { .. } => {}
             }
-            attempt.maybe_sent |= uncertain;
             // Same key, same operation: the provider deduplicates, so this is safe.
             let delay = retry_delay(retry_in_claim, self.retry_base, self.retry_max);
             retry_in_claim += 1;
@@ -144,11 +139,10 @@ impl Worker {
                 .count_attempt(op.operation_id, op.fencing_token)
                 .await
             {
-                Ok(true) => attempt.calls += 1,
+                Ok(true) => {}
                 Ok(false) => return Decision::LeaseLost,
                 Err(error) => {
                     tracing::warn!(operation_id = %op.operation_id, %error, "could not count an attempt; retrying anyway");
-                    attempt.calls += 1;
                 }
             }
         }
@@ -265,6 +259,7 @@ fn outcome_name(outcome: &ProviderOutcome) -> &'static str {
         ProviderOutcome::Rejected { .. } => "rejected",
         ProviderOutcome::NotSent { .. } => "not_sent",
         ProviderOutcome::Uncertain { .. } => "uncertain",
+        ProviderOutcome::TimedOut { .. } => "timeout",
         ProviderOutcome::UncertainFinal { .. } => "uncertain_final",
     }
 }

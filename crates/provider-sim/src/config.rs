@@ -37,7 +37,8 @@ pub struct Config {
 
     /// Fault to inject, repeatable: `drop-after-commit`, `error-before-commit`,
     /// `error-after-commit` or `pending` with SPEC `P` (probability 0.0..=1.0) or `P/N`
-    /// (at most N injections); or `delay-ms=MILLISECONDS`.
+    /// (at most N injections); or `delay-ms=MILLISECONDS` (before handling a create) or
+    /// `delay-answer-ms=MILLISECONDS` (after handling it, before answering).
     #[arg(
         long = "fault",
         value_name = "NAME=SPEC",
@@ -53,6 +54,7 @@ pub struct Config {
 pub enum FaultArg {
     Probability(Fault, ProbFault),
     DelayMs(u64),
+    DelayAnswerMs(u64),
 }
 
 impl FaultArg {
@@ -60,6 +62,7 @@ impl FaultArg {
         match self {
             FaultArg::Probability(fault, _) => fault.name(),
             FaultArg::DelayMs(_) => "delay-ms",
+            FaultArg::DelayAnswerMs(_) => "delay-answer-ms",
         }
     }
 }
@@ -89,6 +92,7 @@ impl Config {
             match arg {
                 FaultArg::Probability(fault, p) => *set.slot_mut(*fault) = Some(*p),
                 FaultArg::DelayMs(ms) => set.delay_ms = *ms,
+                FaultArg::DelayAnswerMs(ms) => set.delay_answer_ms = *ms,
             }
         }
         Ok(set)
@@ -106,10 +110,16 @@ pub fn parse_fault_arg(text: &str) -> Result<FaultArg, String> {
             .map(FaultArg::DelayMs)
             .map_err(|_| format!("delay-ms: expected milliseconds, got {spec:?}"));
     }
+    if name == "delay-answer-ms" {
+        return spec
+            .parse()
+            .map(FaultArg::DelayAnswerMs)
+            .map_err(|_| format!("delay-answer-ms: expected milliseconds, got {spec:?}"));
+    }
     let fault = Fault::from_name(name).ok_or_else(|| {
         format!(
             "unknown fault {name:?}; expected one of drop-after-commit, error-before-commit, \
-             error-after-commit, delay-ms, pending"
+             error-after-commit, delay-ms, delay-answer-ms, pending"
         )
     })?;
     parse_probability_spec(spec)
@@ -162,6 +172,10 @@ mod tests {
             Ok(prob(Fault::Pending, 1.0, None))
         );
         assert_eq!(parse_fault_arg("delay-ms=200"), Ok(FaultArg::DelayMs(200)));
+        assert_eq!(
+            parse_fault_arg("delay-answer-ms=3000"),
+            Ok(FaultArg::DelayAnswerMs(3000))
+        );
     }
 
     #[test]
@@ -181,6 +195,7 @@ mod tests {
             "delay-ms=fast",
             "delay-ms=-5",
             "delay-ms=1.5",
+            "delay-answer-ms=soon",
         ] {
             assert!(parse_fault_arg(bad).is_err(), "{bad} should be rejected");
         }
@@ -196,6 +211,8 @@ mod tests {
             "drop-after-commit=1.0/1",
             "--fault",
             "delay-ms=20",
+            "--fault",
+            "delay-answer-ms=30",
         ])
         .unwrap();
         assert_eq!(config.listen, "127.0.0.1:0");
@@ -205,6 +222,7 @@ mod tests {
             Some(ProbFault::new(1.0, Some(1)).unwrap())
         );
         assert_eq!(set.delay_ms, 20);
+        assert_eq!(set.delay_answer_ms, 30);
         assert_eq!(set.pending, None);
     }
 

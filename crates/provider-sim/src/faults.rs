@@ -100,6 +100,10 @@ pub struct FaultSet {
     /// `/v1/resources/{collection}`).
     #[serde(default)]
     pub delay_ms: u64,
+    /// Sleep after handling every create, before answering: the work is done (a
+    /// payment charged, a replay found) and its answer is late.
+    #[serde(default)]
+    pub delay_answer_ms: u64,
 }
 
 impl FaultSet {

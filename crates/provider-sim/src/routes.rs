@@ -88,6 +88,17 @@ impl Handled {
         self
     }
 
+    /// Holds the answer for the delay-answer-ms fault, if armed: the request has been
+    /// handled (a payment charged), and its answer is late.
+    async fn answered_late(self, state: &SimState) -> Handled {
+        let delay = state.answer_delay();
+        if delay.is_zero() {
+            return self;
+        }
+        tokio::time::sleep(delay).await;
+        self.fault("delay-answer-ms")
+    }
+
     /// Notes the delay-ms fault if it slept before this request was handled.
     fn delayed(self, delayed: bool) -> Handled {
         if delayed {

@@ -109,6 +109,11 @@ impl SimState {
         Duration::from_millis(self.lock().faults.delay_ms)
     }
 
+    /// How long an answer is held once its create was handled (delay-answer-ms).
+    pub fn answer_delay(&self) -> Duration {
+        Duration::from_millis(self.lock().faults.delay_answer_ms)
+    }
+
     /// Counts one create request (payment, refund or resource) received under `key`,
     /// whatever its fate, and the trace context it carried.
     pub fn record_request(&self, key: &str, traceparent: Option<&str>) {

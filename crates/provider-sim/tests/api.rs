@@ -345,7 +345,8 @@ async fn posting_faults_replaces_them() {
         "error_before_commit": {"probability": 1.0},
         "error_after_commit": null,
         "pending": null,
-        "delay_ms": 0
+        "delay_ms": 0,
+        "delay_answer_ms": 0
     });
     assert_eq!(set.body, expected);
     assert_eq!(get(addr, "/_sim/faults").await.body, expected);
@@ -373,4 +374,30 @@ async fn delay_applies_before_answering() {
     let started = Instant::now();
     assert_eq!(pay(addr, "k", "cus_1", "1.00").await.status, 200);
     assert!(started.elapsed() >= Duration::from_millis(150));
+}
+
+#[tokio::test]
+async fn delay_answer_charges_first_and_answers_late() {
+    let addr = start(FaultSet {
+        delay_answer_ms: 300,
+        ..FaultSet::default()
+    })
+    .await;
+    let started = Instant::now();
+    let paying = tokio::spawn(pay(addr, "k", "cus_1", "1.00"));
+    // The charge is made before the answer is held: the ledger shows it meanwhile.
+    while ledger(addr).await["count"] != 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let reply = paying.await.unwrap();
+    assert_eq!(
+        (reply.status, &reply.body["status"]),
+        (200, &json!("succeeded"))
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    // A replay is held as well, and charges nothing more.
+    let started = Instant::now();
+    assert_eq!(pay(addr, "k", "cus_1", "1.00").await.status, 200);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(ledger(addr).await["count"], 1);
 }

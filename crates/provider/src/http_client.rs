@@ -30,6 +30,8 @@ pub(crate) enum Exchange {
     NotSent(String),
     /// Sent, but no complete answer: it may or may not have been acted on.
     Uncertain(String),
+    /// Sent, and no complete answer within the response timeout: as uncertain.
+    TimedOut(String),
 }
 
 pub(crate) struct HttpClient {
@@ -85,6 +87,9 @@ impl HttpClient {
             Exchange::Uncertain(_) => {
                 span.record("error.type", "no_complete_answer");
             }
+            Exchange::TimedOut(_) => {
+                span.record("error.type", "timeout");
+            }
         }
         exchange
     }
@@ -113,7 +118,7 @@ impl HttpClient {
         };
         match tokio::time::timeout(self.response_timeout, call).await {
             Ok(exchange) => exchange,
-            Err(_) => Exchange::Uncertain(format!(
+            Err(_) => Exchange::TimedOut(format!(
                 "no complete answer within {} ms",
                 self.response_timeout.as_millis()
             )),
@@ -131,6 +136,7 @@ impl Exchange {
             Exchange::Answered { status, body, .. } => classify(status, &body),
             Exchange::NotSent(cause) => ProviderOutcome::NotSent { cause },
             Exchange::Uncertain(cause) => ProviderOutcome::Uncertain { cause },
+            Exchange::TimedOut(cause) => ProviderOutcome::TimedOut { cause },
         }
     }
 
@@ -144,6 +150,7 @@ impl Exchange {
             Exchange::Answered { status, body, .. } => classify(status, &body),
             Exchange::NotSent(cause) => ProviderOutcome::NotSent { cause },
             Exchange::Uncertain(cause) => ProviderOutcome::Uncertain { cause },
+            Exchange::TimedOut(cause) => ProviderOutcome::TimedOut { cause },
         })
     }
 
@@ -158,6 +165,7 @@ impl Exchange {
         match classify(self) {
             ProviderOutcome::Uncertain { cause }
             | ProviderOutcome::UncertainFinal { cause }
+            | ProviderOutcome::TimedOut { cause }
             | ProviderOutcome::NotSent { cause } => LookupOutcome::Unavailable { cause },
             ProviderOutcome::Rejected { status, detail } => LookupOutcome::Unavailable {
                 cause: format!("lookup refused (HTTP {status}): {detail}"),
@@ -199,4 +207,216 @@ fn inject_trace_context(span: &tracing::Span, headers: &mut hyper::HeaderMap) {
     opentelemetry::global::get_text_map_propagator(|propagator| {
         propagator.inject_context(&context, &mut HeaderInjector(headers))
     });
+}
+
+#[cfg(test)]
+mod tests {
+    //! What one call comes to, against a real socket that behaves as each test needs.
+
+    use std::net::SocketAddr;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::outcome::classify_response;
+
+    /// What the test server does once it has read the request.
+    #[derive(Clone, Copy)]
+    enum Then {
+        /// Keeps the connection open and never answers.
+        Silent,
+        /// Closes the connection without a word.
+        Close,
+        /// Writes these bytes, then closes.
+        Write(&'static str),
+    }
+
+    /// A server on a free port that answers every connection as `then` says.
+    async fn server(then: Then) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buffer = [0u8; 4096];
+                    // The whole request: its head, then its (small) body.
+                    while !String::from_utf8_lossy(&request).contains("\r\n\r\n{") {
+                        match socket.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buffer[..n]),
+                        }
+                    }
+                    match then {
+                        Then::Silent => {
+                            tokio::time::sleep(Duration::from_secs(60)).await;
+                            drop(socket);
+                        }
+                        Then::Close => drop(socket),
+                        Then::Write(bytes) => {
+                            let _ = socket.write_all(bytes.as_bytes()).await;
+                        }
+                    }
+                });
+            }
+        });
+        address
+    }
+
+    fn post(address: SocketAddr) -> Request<Full<Bytes>> {
+        Request::builder()
+            .method(hyper::Method::POST)
+            .uri(format!("http://{address}/v1/payments"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(br#"{"amount":"1.00"}"#)))
+            .unwrap()
+    }
+
+    fn client() -> HttpClient {
+        HttpClient::new(Duration::from_secs(2), Duration::from_millis(200))
+    }
+
+    const SUCCEEDED: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 35\r\n\r\n{\"id\":\"pay_1\",\"status\":\"succeeded\"}";
+
+    #[tokio::test]
+    async fn an_answer_slower_than_the_response_timeout_is_a_timeout_never_not_sent() {
+        let address = server(Then::Silent).await;
+        let exchange = client().exchange(post(address)).await;
+        match &exchange {
+            Exchange::TimedOut(cause) => {
+                assert_eq!(cause, "no complete answer within 200 ms")
+            }
+            other => panic!("expected a timeout, got {}", name(other)),
+        }
+        assert!(matches!(
+            exchange.executed(classify_response),
+            ProviderOutcome::TimedOut { .. }
+        ));
+        let lookup = client().exchange(post(address)).await;
+        assert!(matches!(
+            lookup.looked_up(classify_response),
+            LookupOutcome::Unavailable { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_not_sent() {
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let exchange = client().exchange(post(closed)).await;
+        assert!(
+            matches!(&exchange, Exchange::NotSent(cause) if cause.contains("could not connect")),
+            "{}",
+            name(&exchange)
+        );
+        assert!(matches!(
+            exchange.executed(classify_response),
+            ProviderOutcome::NotSent { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_after_the_request_is_uncertain() {
+        let address = server(Then::Close).await;
+        let exchange = client().exchange(post(address)).await;
+        assert!(
+            matches!(&exchange, Exchange::Uncertain(cause) if cause.contains("after connecting")),
+            "{}",
+            name(&exchange)
+        );
+        assert!(matches!(
+            exchange.executed(classify_response),
+            ProviderOutcome::Uncertain { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_answer_cut_short_is_uncertain() {
+        let address = server(Then::Write(
+            "HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"id\":",
+        ))
+        .await;
+        let exchange = client().exchange(post(address)).await;
+        assert!(
+            matches!(&exchange, Exchange::Uncertain(cause) if cause.contains("interrupted")),
+            "{}",
+            name(&exchange)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_complete_answer_is_classified() {
+        let address = server(Then::Write(SUCCEEDED)).await;
+        let exchange = client().exchange(post(address)).await;
+        assert_eq!(
+            exchange.executed(classify_response),
+            ProviderOutcome::Succeeded {
+                reference: "pay_1".into()
+            }
+        );
+        let lookup = client().exchange(post(address)).await;
+        assert_eq!(
+            lookup.looked_up(classify_response),
+            LookupOutcome::Found(ProviderOutcome::Succeeded {
+                reference: "pay_1".into()
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lookup_reads_404_as_not_found_and_a_refusal_as_unavailable() {
+        let missing = server(Then::Write(
+            "HTTP/1.1 404 Not Found\r\ncontent-length: 2\r\n\r\n{}",
+        ))
+        .await;
+        let exchange = client().exchange(post(missing)).await;
+        assert_eq!(
+            exchange.looked_up(classify_response),
+            LookupOutcome::NotFound
+        );
+        let refused = server(Then::Write(
+            "HTTP/1.1 400 Bad Request\r\ncontent-length: 16\r\n\r\n{\"error\":\"nope\"}",
+        ))
+        .await;
+        let exchange = client().exchange(post(refused)).await;
+        match exchange.looked_up(classify_response) {
+            LookupOutcome::Unavailable { cause } => {
+                assert_eq!(cause, "lookup refused (HTTP 400): nope")
+            }
+            other => panic!("expected unavailable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_trace_context_is_set_as_headers_and_invalid_ones_are_dropped() {
+        let mut headers = hyper::HeaderMap::new();
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut injector = HeaderInjector(&mut headers);
+        injector.set("traceparent", traceparent.to_owned());
+        injector.set("bad name", "x".to_owned());
+        injector.set("tracestate", "a=1\n".to_owned());
+        assert_eq!(headers.len(), 1, "{headers:?}");
+        assert_eq!(headers["traceparent"], traceparent);
+    }
+
+    #[test]
+    fn url_components_keep_only_unreserved_characters() {
+        assert_eq!(url_component("opgate-1_a.b~c"), "opgate-1_a.b~c");
+        assert_eq!(url_component("a b/c?d&e=f"), "a%20b%2Fc%3Fd%26e%3Df");
+        assert_eq!(url_component("é"), "%C3%A9");
+    }
+
+    fn name(exchange: &Exchange) -> String {
+        match exchange {
+            Exchange::Answered { status, .. } => format!("an answer ({status})"),
+            Exchange::NotSent(cause) => format!("not sent: {cause}"),
+            Exchange::Uncertain(cause) => format!("uncertain: {cause}"),
+            Exchange::TimedOut(cause) => format!("timed out: {cause}"),
+        }
+    }
 }

@@ -11,7 +11,8 @@
 //! | 408, 409, 425, 429 (try again)                   | `Uncertain`  | keyed retry, else UNKNOWN|
 //! | 5xx                                             | `Uncertain`  | keyed retry, else UNKNOWN|
 //! | connect failed (refused, DNS, connect timeout)   | `NotSent`    | retry later; then FAILED |
-//! | timeout or reset after the request was sent      | `Uncertain`  | keyed retry, else UNKNOWN|
+//! | no complete answer within the response timeout   | `TimedOut`   | keyed retry, else UNKNOWN|
+//! | reset or closed after the request was sent       | `Uncertain`  | keyed retry, else UNKNOWN|
 //!
 //! Nothing becomes FAILED without evidence: a refusal from the provider, or proof that
 //! the request never left.
@@ -38,6 +39,12 @@ pub enum ProviderOutcome {
         cause: String,
     },
     Uncertain {
+        cause: String,
+    },
+    /// Sent, and no complete answer arrived within the response timeout: as uncertain
+    /// as `Uncertain` (the provider may well have done it), told apart so that
+    /// timeouts can be counted as such.
+    TimedOut {
         cause: String,
     },
     /// Sent, outcome unknown, and the provider says that sending it again would not
@@ -184,6 +191,28 @@ mod tests {
         for status in [408, 409, 425, 429, 500, 502, 503, 504] {
             assert!(matches!(json(status, "{}"), Uncertain { .. }), "{status}");
         }
+    }
+
+    #[test]
+    fn a_success_status_where_none_was_expected_is_uncertain_and_says_so() {
+        assert_eq!(
+            classify_status(204, b""),
+            Uncertain {
+                cause: "provider answered 204 where no success was expected".into()
+            }
+        );
+        assert_eq!(
+            classify_status(503, b""),
+            Uncertain {
+                cause: "provider error (HTTP 503)".into()
+            }
+        );
+        assert_eq!(
+            classify_status(429, b""),
+            Uncertain {
+                cause: "provider asked to retry (HTTP 429)".into()
+            }
+        );
     }
 
     #[test]

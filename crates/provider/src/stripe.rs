@@ -177,7 +177,7 @@ impl StripeProvider {
                     cause: format!("could not read the customer's payment method (HTTP {status})"),
                 })
             }
-            Exchange::NotSent(cause) | Exchange::Uncertain(cause) => {
+            Exchange::NotSent(cause) | Exchange::Uncertain(cause) | Exchange::TimedOut(cause) => {
                 return Err(ProviderOutcome::NotSent {
                     cause: format!("could not read the customer's payment method: {cause}"),
                 })

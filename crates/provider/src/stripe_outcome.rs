@@ -49,6 +49,7 @@ pub(crate) fn classify(object: Object, exchange: Exchange) -> ProviderOutcome {
         }
         Exchange::NotSent(cause) => ProviderOutcome::NotSent { cause },
         Exchange::Uncertain(cause) => ProviderOutcome::Uncertain { cause },
+        Exchange::TimedOut(cause) => ProviderOutcome::TimedOut { cause },
     }
 }
 
@@ -159,6 +160,75 @@ mod tests {
 
     fn error(status: u16, should_retry: Option<bool>, body: &str) -> ProviderOutcome {
         classify_error(status, should_retry, body.as_bytes())
+    }
+
+    fn answered(status: u16, should_retry: Option<&str>, body: &str) -> Exchange {
+        let mut headers = hyper::HeaderMap::new();
+        if let Some(value) = should_retry {
+            headers.insert("stripe-should-retry", value.parse().unwrap());
+        }
+        Exchange::Answered {
+            status,
+            headers,
+            body: bytes::Bytes::copy_from_slice(body.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn a_whole_exchange_is_read_as_an_object_only_when_it_succeeded() {
+        let intent = r#"{"id": "pi_1", "status": "succeeded"}"#;
+        assert_eq!(
+            classify(Object::PaymentIntent, answered(200, None, intent)),
+            ProviderOutcome::Succeeded {
+                reference: "pi_1".into()
+            }
+        );
+        assert!(matches!(
+            classify(Object::PaymentIntent, answered(200, None, "<html>")),
+            ProviderOutcome::Uncertain { .. }
+        ));
+        let declined = r#"{"error":{"type":"card_error","code":"card_declined","decline_code":"stolen_card","payment_intent":{"id":"pi_9"}}}"#;
+        assert_eq!(
+            classify(Object::PaymentIntent, answered(402, None, declined)),
+            ProviderOutcome::Declined {
+                reference: Some("pi_9".into()),
+                code: "stolen_card".into()
+            }
+        );
+        let api_error = r#"{"error":{"type":"api_error","message":"m"}}"#;
+        assert!(matches!(
+            classify(Object::Refund, answered(500, Some("false"), api_error)),
+            ProviderOutcome::UncertainFinal { .. }
+        ));
+        assert!(matches!(
+            classify(Object::Refund, answered(500, Some("TRUE"), api_error)),
+            ProviderOutcome::Uncertain { .. }
+        ));
+        assert_eq!(
+            classify(Object::Customer, Exchange::TimedOut("slow".into())),
+            ProviderOutcome::TimedOut {
+                cause: "slow".into()
+            }
+        );
+        assert_eq!(
+            classify(Object::Customer, Exchange::NotSent("refused".into())),
+            ProviderOutcome::NotSent {
+                cause: "refused".into()
+            }
+        );
+        assert_eq!(
+            classify(Object::Customer, Exchange::Uncertain("reset".into())),
+            ProviderOutcome::Uncertain {
+                cause: "reset".into()
+            }
+        );
+    }
+
+    #[test]
+    fn each_object_lives_at_its_path() {
+        assert_eq!(Object::PaymentIntent.path(), "/v1/payment_intents");
+        assert_eq!(Object::Refund.path(), "/v1/refunds");
+        assert_eq!(Object::Customer.path(), "/v1/customers");
     }
 
     #[test]

@@ -111,6 +111,18 @@ pub fn decide(lookup: &LookupOutcome, checks: u32, age: Duration, policy: &Polic
     }
 }
 
+/// The reconciliation outcome as the metrics count it (`opgate_reconciliations_total`).
+pub fn outcome_label(lookup: &LookupOutcome, verdict: OperationStatus) -> &'static str {
+    match (verdict, lookup) {
+        (OperationStatus::Succeeded, _) => "succeeded",
+        (OperationStatus::Failed, _) => "failed",
+        (OperationStatus::ManualReview, _) => "manual_review",
+        (_, LookupOutcome::NotFound) => "not_found",
+        (_, LookupOutcome::Unavailable { .. }) => "lookup_failed",
+        _ => "pending",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,5 +259,136 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_limits_are_reached_at_their_values_not_after() {
+        let mut p = policy();
+        p.max_age = Duration::from_secs(100);
+        let pending = found(ProviderOutcome::Pending { reference: None });
+        let at = |checks, secs| decide(&pending, checks, Duration::from_secs(secs), &p).to;
+        assert_eq!(at(4, 99), Unknown);
+        assert_eq!(at(5, 99), ManualReview, "at the check limit");
+        assert_eq!(at(1, 100), ManualReview, "at the age limit");
+        // The grace period ends at its value too.
+        let not_found = |secs| {
+            decide(
+                &LookupOutcome::NotFound,
+                1,
+                Duration::from_secs(secs),
+                &policy(),
+            )
+            .to
+        };
+        assert_eq!(not_found(59), Unknown);
+        assert_eq!(not_found(60), ManualReview);
+    }
+
+    #[test]
+    fn an_escalation_keeps_what_is_known_and_says_why() {
+        let pending = found(ProviderOutcome::Pending {
+            reference: Some("pay_9".into()),
+        });
+        let v = decide(&pending, 5, YOUNG, &policy());
+        assert_eq!(v.to, ManualReview);
+        assert_eq!(v.provider_reference.as_deref(), Some("pay_9"));
+        assert_eq!(
+            v.last_error.as_deref(),
+            Some("provider reports the operation as pending")
+        );
+        assert_eq!(
+            v.reason,
+            "no conclusion after 5 checks (provider reports the operation as pending); needs an operator"
+        );
+        assert_eq!(v.next_check_in, None);
+        let still = decide(&pending, 1, YOUNG, &policy());
+        assert_eq!(still.reason, "provider reports the operation as pending");
+        assert_eq!(still.provider_reference.as_deref(), Some("pay_9"));
+    }
+
+    #[test]
+    fn a_lookup_that_is_no_outcome_stays_unknown_and_says_so() {
+        let v = decide(
+            &found(ProviderOutcome::Uncertain {
+                cause: "unreadable".into(),
+            }),
+            1,
+            YOUNG,
+            &policy(),
+        );
+        assert_eq!(v.to, Unknown);
+        assert!(v
+            .last_error
+            .unwrap()
+            .starts_with("provider lookup gave no outcome"));
+        let down = decide(
+            &LookupOutcome::Unavailable {
+                cause: "refused".into(),
+            },
+            1,
+            YOUNG,
+            &policy(),
+        );
+        assert_eq!(
+            down.last_error.as_deref(),
+            Some("provider lookup failed: refused")
+        );
+        let not_yet = decide(&LookupOutcome::NotFound, 1, YOUNG, &policy());
+        assert_eq!(
+            not_yet.last_error.as_deref(),
+            Some("provider has no record of the operation yet")
+        );
+    }
+
+    #[test]
+    fn the_backoff_doubles_with_each_inconclusive_check_up_to_its_maximum() {
+        let mut p = policy();
+        p.backoff_max = Duration::from_secs(8);
+        let pending = found(ProviderOutcome::Pending { reference: None });
+        for (checks, ceiling) in [(1u32, 1u64), (2, 2), (3, 4), (4, 8), (5, 8)] {
+            p.max_checks = 10;
+            let delay = decide(&pending, checks, YOUNG, &p).next_check_in.unwrap();
+            let ceiling = Duration::from_secs(ceiling);
+            assert!(
+                delay <= ceiling && delay >= ceiling / 2,
+                "check {checks}: {delay:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_not_found_verdicts_name_the_age_and_whether_lookups_are_authoritative() {
+        let review = decide(&LookupOutcome::NotFound, 2, OLD, &policy());
+        assert_eq!(
+            review.last_error.as_deref(),
+            Some("provider has no record of the operation 2m after its outcome became unknown")
+        );
+        assert!(review.reason.ends_with("; needs an operator"));
+        let mut p = policy();
+        p.not_found_authoritative = true;
+        let failed = decide(&LookupOutcome::NotFound, 2, OLD, &p);
+        assert_eq!(
+            failed.reason,
+            "provider lookup (authoritative): no such operation"
+        );
+        assert_eq!(failed.next_check_in, None);
+    }
+
+    #[test]
+    fn every_verdict_is_counted_under_its_own_label() {
+        let succeeded = found(ProviderOutcome::Succeeded {
+            reference: "r".into(),
+        });
+        let pending = found(ProviderOutcome::Pending { reference: None });
+        let down = LookupOutcome::Unavailable { cause: "x".into() };
+        assert_eq!(outcome_label(&succeeded, Succeeded), "succeeded");
+        assert_eq!(outcome_label(&pending, Failed), "failed");
+        assert_eq!(outcome_label(&down, ManualReview), "manual_review");
+        assert_eq!(
+            outcome_label(&LookupOutcome::NotFound, Unknown),
+            "not_found"
+        );
+        assert_eq!(outcome_label(&down, Unknown), "lookup_failed");
+        assert_eq!(outcome_label(&pending, Unknown), "pending");
     }
 }

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use chrono::Utc;
 use opgate_domain::OperationStatus;
-use opgate_provider::{Instruction, LookupOutcome, Providers};
+use opgate_provider::{Instruction, Providers};
 use opgate_store::{ClaimedReconciliation, FencedTransition, FencedWrite, Store};
 use opgate_telemetry::{metrics, propagation};
 use tracing::Instrument;
 
 use crate::config::Config;
-use crate::decision::{decide, Policy};
+use crate::decision::{decide, outcome_label, Policy};
 
 pub struct Sweeper {
     pub store: Store,
@@ -183,17 +183,5 @@ pub async fn run(
             _ = tokio::time::sleep(pause) => {}
             _ = &mut shutdown => break,
         }
-    }
-}
-
-/// The reconciliation outcome as the metrics count it.
-fn outcome_label(lookup: &LookupOutcome, verdict: OperationStatus) -> &'static str {
-    match (verdict, lookup) {
-        (OperationStatus::Succeeded, _) => "succeeded",
-        (OperationStatus::Failed, _) => "failed",
-        (OperationStatus::ManualReview, _) => "manual_review",
-        (_, LookupOutcome::NotFound) => "not_found",
-        (_, LookupOutcome::Unavailable { .. }) => "lookup_failed",
-        _ => "pending",
     }
 }

@@ -27,6 +27,7 @@ pub struct Metrics {
     execution_duration: Histogram<f64>,
     attempts_per_operation: Histogram<u64>,
     provider_timeouts: Counter<u64>,
+    provider_uncertain: Counter<u64>,
     stale_writes_rejected: Counter<u64>,
     operations_completed: Counter<u64>,
     reconciliations: Counter<u64>,
@@ -137,7 +138,12 @@ impl Metrics {
                 .build(),
             provider_timeouts: meter
                 .u64_counter("opgate_provider_timeouts")
-                .with_description("Provider calls without a usable answer after the request was sent (timeout, reset, dropped answer, 5xx)")
+                .with_description("Provider calls with no complete answer within the response timeout")
+                .with_unit("{call}")
+                .build(),
+            provider_uncertain: meter
+                .u64_counter("opgate_provider_uncertain")
+                .with_description("Provider calls sent whose outcome is uncertain for a reason other than a timeout (reset or dropped answer, 5xx, 408/409/425/429, unreadable 2xx)")
                 .with_unit("{call}")
                 .build(),
             stale_writes_rejected: meter
@@ -175,11 +181,15 @@ impl Metrics {
         self.duplicates_prevented.add(1, &[]);
     }
 
+    /// `outcome`: succeeded, declined, pending, rejected, not_sent, timeout (no
+    /// complete answer within the response timeout), uncertain or uncertain_final.
     pub fn provider_call(&self, outcome: &'static str, seconds: f64) {
         self.execution_duration
             .record(seconds, &[KeyValue::new("outcome", outcome)]);
-        if outcome == "uncertain" {
-            self.provider_timeouts.add(1, &[]);
+        match outcome {
+            "timeout" => self.provider_timeouts.add(1, &[]),
+            "uncertain" | "uncertain_final" => self.provider_uncertain.add(1, &[]),
+            _ => {}
         }
     }
 

@@ -20,7 +20,10 @@ pub(super) async fn create(state: &SimState, req: Request<Incoming>) -> Handled 
         Err(handled) => return handled,
     };
     let delayed = injected_delay(state).await;
-    created_reply(state.create_payment(&key, request), StatusCode::OK).delayed(delayed)
+    created_reply(state.create_payment(&key, request), StatusCode::OK)
+        .delayed(delayed)
+        .answered_late(state)
+        .await
 }
 
 pub(super) fn lookup(state: &SimState, query: Option<&str>) -> Handled {

@@ -25,7 +25,7 @@ pub(super) async fn create(state: &SimState, req: Request<Incoming>) -> Handled 
         Ok(outcome) => created_reply(outcome, StatusCode::OK),
         Err(rejection) => rejected(rejection),
     };
-    handled.delayed(delayed)
+    handled.delayed(delayed).answered_late(state).await
 }
 
 pub(super) fn lookup(state: &SimState, query: Option<&str>) -> Handled {

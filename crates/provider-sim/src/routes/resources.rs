@@ -55,5 +55,8 @@ async fn create(state: &SimState, collection: &str, req: Request<Incoming>) -> H
         Err(handled) => return handled,
     };
     let delayed = injected_delay(state).await;
-    created_reply(state.create_resource(&key, request), StatusCode::CREATED).delayed(delayed)
+    created_reply(state.create_resource(&key, request), StatusCode::CREATED)
+        .delayed(delayed)
+        .answered_late(state)
+        .await
 }

@@ -1,0 +1,224 @@
+//! The store's statements by their behaviour, called as the services call them on a
+//! real database, with no timing involved: a claim skips what another claim holds
+//! without waiting for it (SKIP LOCKED), and a key already taken is answered as a
+//! replay or refused as reused by every registration path.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::time::Duration;
+
+use opgate_domain::{IdempotencyKey, OperationRequest, PaymentRequest};
+use opgate_e2e::TestDb;
+use opgate_store::{
+    BudgetedRegistration, NewOperation, PendingRegistration, Registration, TableCounts,
+};
+use rust_decimal::Decimal;
+use uuid::Uuid;
+
+const AGENT: &str = "agent-store";
+
+fn payment(key: &str, amount: &str) -> OperationRequest {
+    PaymentRequest::parse("cus_1", &format!("inv_{key}"), amount, None)
+        .unwrap()
+        .to_operation_request()
+}
+
+fn new_operation<'a>(key: &'a IdempotencyKey, request: &'a OperationRequest) -> NewOperation<'a> {
+    NewOperation {
+        operation_id: Uuid::new_v4(),
+        agent_id: AGENT,
+        idempotency_key: key,
+        request,
+        provider: opgate_domain::OPGATE_HTTP_PROVIDER,
+        awaiting_approval_for: None,
+        trace_context: None,
+    }
+}
+
+async fn register(db: &TestDb, key: &str) -> Uuid {
+    let request = payment(key, "10.00");
+    let key = IdempotencyKey::parse(key).unwrap();
+    match db
+        .store
+        .register_operation(&new_operation(&key, &request))
+        .await
+        .unwrap()
+    {
+        Registration::Created(record) => record.operation_id,
+        other => panic!("expected a new operation, got {other:?}"),
+    }
+}
+
+/// The executor's claim statement (as `make bench` runs it: the same SQL, returning the
+/// claimed ids as one array) for `owner`, `batch` events at most.
+fn claim_statement(owner: u32, batch: u32) -> String {
+    let script = opgate_store::bench_sql::claim_and_complete(batch);
+    let claim = script.lines().next().unwrap();
+    claim
+        .trim_end_matches("\\gset")
+        .replace(":client_id", &owner.to_string())
+}
+
+/// Runs `claim` and fails the moment any session of the test database waits for a
+/// lock: a claim must skip what another holds, never queue behind it.
+async fn without_waiting<T>(db: &TestDb, what: &str, claim: impl Future<Output = T>) -> T {
+    let watcher = db.sql().await;
+    let waiting = async {
+        loop {
+            let waits: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waits > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::select! {
+        claimed = claim => claimed,
+        _ = waiting => panic!("{what} waited for a row another claim holds"),
+    }
+}
+
+#[tokio::test]
+async fn claimers_skip_the_rows_another_claim_holds_and_neither_waits() {
+    let db = TestDb::create().await;
+    db.create_agent(AGENT, &[]);
+    let a = register(&db, "key-a").await;
+    let b = register(&db, "key-b").await;
+
+    // The first claimer: the claim statement in a transaction left open, so it holds
+    // the row it claimed (the first due: a) as any claim does until it commits.
+    let first = db.sql().await;
+    first.batch_execute("BEGIN").await.unwrap();
+    let held = without_waiting(&db, "the first claim", async {
+        first.query_one(&claim_statement(1, 1), &[]).await.unwrap()
+    })
+    .await;
+    let held: Vec<Uuid> = held.get("ids");
+    assert_eq!(held, [a]);
+
+    // The second claimer takes what is left, without waiting for the first.
+    let lease = Duration::from_secs(30);
+    let second = without_waiting(
+        &db,
+        "the second claim",
+        db.store.claim_due_operations("claimer-2", lease, 10),
+    )
+    .await
+    .unwrap();
+    let second: Vec<Uuid> = second.iter().map(|c| c.operation_id).collect();
+    assert_eq!(second, [b]);
+    // And a third finds nothing it may take, at once.
+    let third = without_waiting(
+        &db,
+        "the third claim",
+        db.store.claim_due_operations("claimer-3", lease, 10),
+    )
+    .await
+    .unwrap();
+    assert!(third.is_empty(), "{third:?}");
+
+    first.batch_execute("COMMIT").await.unwrap();
+    let claimed: HashSet<Uuid> = held.into_iter().chain(second).collect();
+    assert_eq!(claimed, HashSet::from([a, b]), "each claimed once");
+    for (id, owner) in [(a, "pgbench-1"), (b, "claimer-2")] {
+        let row = db
+            .sql()
+            .await
+            .query_one(
+                "SELECT status, lease_owner FROM operations WHERE operation_id = $1",
+                &[&id],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (row.get::<_, String>(0), row.get::<_, String>(1)),
+            ("IN_PROGRESS".to_owned(), owner.to_owned())
+        );
+    }
+}
+
+/// Registers the key once, then checks that `again` (another registration of the same
+/// key) answers a replay of the same request and refuses a different one, writing
+/// nothing either way. Intake answers replays from its own read first, so without
+/// calling the store directly these answers are reached only when requests race.
+async fn replay_or_reuse<F, Fut>(again: F)
+where
+    F: Fn(TestDb, &'static str) -> Fut,
+    Fut: Future<Output = (TestDb, Registration)>,
+{
+    let db = TestDb::create().await;
+    db.create_agent(AGENT, &["--daily-budget", "USD:1000.00"]);
+    let first = register(&db, "taken").await;
+    let before: TableCounts = db.counts().await;
+
+    let (db, same) = again(db, "10.00").await;
+    match same {
+        Registration::Replayed(record) => {
+            assert_eq!(record.operation_id, first);
+            assert_eq!(record.amount, Some(Decimal::new(1000, 2)));
+        }
+        other => panic!("the same request again: expected a replay, got {other:?}"),
+    }
+    let (db, different) = again(db, "20.00").await;
+    assert_eq!(different, Registration::KeyReused);
+    assert_eq!(
+        db.counts().await,
+        before,
+        "a replay or a reuse wrote something"
+    );
+    let stored = db.store.find_operation(first).await.unwrap().unwrap();
+    assert_eq!(stored.amount, Some(Decimal::new(1000, 2)));
+}
+
+#[tokio::test]
+async fn a_taken_key_is_a_replay_or_reused_for_a_single_registration() {
+    replay_or_reuse(|db, amount| async move {
+        let request = payment("taken", amount);
+        let key = IdempotencyKey::parse("taken").unwrap();
+        let answer = db
+            .store
+            .register_operation(&new_operation(&key, &request))
+            .await
+            .unwrap();
+        (db, answer)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_taken_key_is_a_replay_or_reused_in_a_group_commit_batch() {
+    replay_or_reuse(|db, amount| async move {
+        let request = payment("taken", amount);
+        let key = IdempotencyKey::parse("taken").unwrap();
+        let pending = PendingRegistration::from_new(&new_operation(&key, &request));
+        let mut answers = db.store.register_batch(&[pending]).await.unwrap();
+        (db, answers.remove(0))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_taken_key_is_a_replay_or_reused_for_a_budgeted_registration() {
+    replay_or_reuse(|db, amount| async move {
+        let request = payment("taken", amount);
+        let key = IdempotencyKey::parse("taken").unwrap();
+        let answer = db
+            .store
+            .register_within_budget(&new_operation(&key, &request), Decimal::new(100_000, 2))
+            .await
+            .unwrap();
+        match answer {
+            BudgetedRegistration::Registered(registration) => (db, registration),
+            other => panic!("within the budget: {other:?}"),
+        }
+    })
+    .await;
+}
