@@ -56,6 +56,7 @@ COPY examples/catalog.toml /etc/opgate/catalog.toml
 # A container listens on all its interfaces, on fixed ports (the binaries' own defaults
 # are 127.0.0.1, and port 0 for the workers' metrics).
 ENV INTAKE_LISTEN=0.0.0.0:8080 \
+    INTAKE_METRICS_LISTEN=0.0.0.0:9464 \
     EXECUTOR_METRICS_LISTEN=0.0.0.0:9464 \
     RECONCILER_METRICS_LISTEN=0.0.0.0:9464 \
     PROVIDER_SIM_LISTEN=0.0.0.0:9090

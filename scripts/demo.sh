@@ -61,6 +61,21 @@ op=$(psql "$DATABASE_URL" -X -qtA -c "SELECT operation_id FROM operations WHERE 
 say "The operation's path through its states (operation $op)"
 psql "$DATABASE_URL" -X -q -c "SELECT to_char(created_at, 'HH24:MI:SS.MS') AS at, coalesce(from_status, '-') AS from_status, to_status, actor, reason FROM operation_events WHERE operation_id = '$op' ORDER BY event_id"
 
+say "The executor's calls to the provider for it: the lost answer, then the re-send"
+# The executor logs every call (ids, outcome and timing only): the first answer was lost
+# after the provider charged (uncertain), and the re-send with the same key was answered.
+OP="$op" python3 -c '
+import json, os, sys
+for line in open(sys.argv[1]):
+    try:
+        event = json.loads(line)
+    except ValueError:
+        continue
+    fields = event.get("fields", {})
+    if event.get("message") == "provider call" and fields.get("operation_id") == os.environ["OP"]:
+        print("call %s: %-9s after %s ms" % (fields["attempt"], fields["outcome"], fields["elapsed_ms"]))
+' "$logs/executor.log"
+
 say "The provider's ledger: requests received and charges made for this operation"
 curl -sS "$sim_url/_sim/ledger" | KEY="opgate-$op" python3 -c '
 import json, os, sys

@@ -6,8 +6,7 @@
 #   intake        http://127.0.0.1:8080
 #   executor      http://127.0.0.1:9464 (/metrics, /healthz)
 #   reconciler    http://127.0.0.1:9465 (/metrics, /healthz)
-#   intake's /metrics on 127.0.0.1:9466 once intake has --metrics-listen (until then on
-#   its own port)
+#   intake's /metrics on 127.0.0.1:9466 (its --metrics-listen)
 #
 # Every service loads examples/catalog.toml. Logs, stdout and pid files are in
 # target/up/; target/up/env holds the exports printed at the end (DATABASE_URL, PATH,
@@ -198,13 +197,9 @@ echo "$database_url" >"$state/database-url"
 
 ensure provider-sim "http://127.0.0.1:$sim_port/healthz" \
   --listen "127.0.0.1:$sim_port"
-# /metrics: on intake's own port, or on --metrics-listen once intake has that flag.
-intake_metrics="http://127.0.0.1:$intake_port/metrics"
-intake_args=(--listen "127.0.0.1:$intake_port")
-if "$bin/intake" --help | grep -q -- '--metrics-listen'; then
-  intake_metrics="http://127.0.0.1:$intake_metrics_port/metrics"
-  intake_args+=(--metrics-listen "127.0.0.1:$intake_metrics_port")
-fi
+# /metrics on a listener of its own, apart from the agents' port.
+intake_metrics="http://127.0.0.1:$intake_metrics_port/metrics"
+intake_args=(--listen "127.0.0.1:$intake_port" --metrics-listen "127.0.0.1:$intake_metrics_port")
 ensure intake "http://127.0.0.1:$intake_port/readyz" "${intake_args[@]}"
 ensure executor "http://127.0.0.1:$executor_port/healthz" \
   --provider-url "http://127.0.0.1:$sim_port" --metrics-listen "127.0.0.1:$executor_port" \

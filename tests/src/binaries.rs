@@ -70,12 +70,25 @@ pub fn opgate(database_url: &str, args: &[&str]) -> CliOutput {
 pub struct Service {
     child: tokio::process::Child,
     pub ready_line: String,
+    /// The lines after the first that the service prints once ready (intake's
+    /// metrics address).
+    pub more_lines: Vec<String>,
     pub log_path: PathBuf,
     name: &'static str,
 }
 
 impl Service {
     pub async fn spawn(name: &'static str, args: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::spawn_reading(name, args, envs, 1).await
+    }
+
+    /// Starts the service and waits for its first `lines` lines on stdout.
+    pub async fn spawn_reading(
+        name: &'static str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        lines: usize,
+    ) -> Self {
         let (log_path, log) = log_file(name);
         let mut child = tokio::process::Command::new(binary(name))
             .args(args)
@@ -88,17 +101,23 @@ impl Service {
             .spawn()
             .unwrap_or_else(|e| panic!("start {name}: {e}"));
         let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let ready_line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("{name} did not start; see {}", log_path.display()))
-            .expect("read stdout")
-            .unwrap_or_else(|| panic!("{name} exited; see {}", log_path.display()));
+        let mut reader = BufReader::new(stdout).lines();
+        let mut read = Vec::with_capacity(lines);
+        for _ in 0..lines.max(1) {
+            let line = tokio::time::timeout(Duration::from_secs(30), reader.next_line())
+                .await
+                .unwrap_or_else(|_| panic!("{name} did not start; see {}", log_path.display()))
+                .expect("read stdout")
+                .unwrap_or_else(|| panic!("{name} exited; see {}", log_path.display()));
+            read.push(line);
+        }
         // Keep draining stdout so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        tokio::spawn(async move { while let Ok(Some(_)) = reader.next_line().await {} });
+        let ready_line = read.remove(0);
         Self {
             child,
             ready_line,
+            more_lines: read,
             log_path,
             name,
         }
@@ -136,10 +155,11 @@ impl Service {
     }
 }
 
-/// `intake` on a free port.
+/// `intake` on a free port, its `/metrics` on another.
 pub struct Intake {
     pub service: Service,
     pub base_url: String,
+    pub metrics_url: String,
 }
 
 impl Intake {
@@ -157,11 +177,20 @@ impl Intake {
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
-        let mut args = vec!["--listen", "127.0.0.1:0"];
+        let mut args = vec!["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"];
         args.extend_from_slice(extra_args);
         let mut envs = vec![("DATABASE_URL", database_url)];
         envs.extend_from_slice(env);
-        let service = Service::spawn("intake", &args, &envs).await;
+        let service = Service::spawn_reading("intake", &args, &envs, 2).await;
+        let metrics_url = service.more_lines[0]
+            .strip_prefix("intake metrics at ")
+            .unwrap_or_else(|| {
+                panic!(
+                    "unexpected second line from intake: {:?}",
+                    service.more_lines
+                )
+            })
+            .to_owned();
         let base_url = service
             .ready_line
             .strip_prefix("intake listening on ")
@@ -172,7 +201,11 @@ impl Intake {
                 )
             })
             .to_owned();
-        Self { service, base_url }
+        Self {
+            service,
+            base_url,
+            metrics_url,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -195,7 +195,15 @@ async fn one_payment_is_one_trace_across_every_service() {
 #[tokio::test]
 async fn metrics_move_with_replays_lost_answers_and_reconciliations() {
     let stack = Stack::start(&["drop-after-commit=1.0"]).await;
-    let intake_metrics = stack.intake.url("/metrics");
+    let intake_metrics = stack.intake.metrics_url.clone();
+    // /metrics is on intake's own metrics listener, not on the agents' API.
+    let on_api = stack
+        .client
+        .get(stack.intake.url("/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(on_api.status(), 404);
     let executor = Executor::start(
         &stack.db.url,
         &stack.sim.base_url,

@@ -29,6 +29,11 @@ pub struct Config {
     )]
     pub listen: SocketAddr,
 
+    /// Where `/metrics` (Prometheus text) is served, apart from the agents' API (port 0
+    /// picks a free port; the chosen address is printed on stdout's second line).
+    #[arg(long, env = "INTAKE_METRICS_LISTEN", default_value = "127.0.0.1:0")]
+    pub metrics_listen: SocketAddr,
+
     /// Apply pending database migrations before serving.
     #[arg(long)]
     pub migrate: bool,

@@ -2,7 +2,7 @@
 //! (`http.request.method`, `http.route`, `url.path`, `http.response.status_code`),
 //! continuing the caller's W3C `traceparent` when it sends one; and the request
 //! counter by outcome. Headers and bodies are never recorded. Probes (`/healthz`,
-//! `/readyz`, `/metrics`) get neither span nor count.
+//! `/readyz`) get neither span nor count.
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -11,7 +11,7 @@ use opgate_telemetry::{metrics, propagation};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-const PROBES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+const PROBES: [&str; 2] = ["/healthz", "/readyz"];
 
 pub async fn trace_request(
     request: ServiceRequest,

@@ -26,7 +26,6 @@ use actix_web::dev::Server;
 use actix_web::{get, web, App, HttpResponse, HttpServer};
 use opgate_catalog::Catalog;
 use opgate_store::Store;
-use opgate_telemetry::Telemetry;
 
 pub use config::Config;
 
@@ -44,16 +43,8 @@ pub struct AppState {
     limiters: rate_limits::AgentLimiters,
     /// Group commit for registrations; `None` registers each request on its own.
     batcher: Option<group_commit::RegistrationBatcher>,
-    pub telemetry: Arc<Telemetry>,
     pub executor_waker: wakeups::ExecutorWaker,
     pub settled: wakeups::SettledOperations,
-}
-
-#[get("/metrics")]
-async fn metrics_text(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(state.telemetry.render_metrics())
 }
 
 #[get("/openapi.json")]
@@ -87,7 +78,6 @@ intake_routes! {
     "GET" "/healthz" => routes::health::healthz,
     "GET" "/readyz" => routes::health::readyz,
     "GET" "/openapi.json" => openapi_json,
-    "GET" "/metrics" => metrics_text,
 }
 
 /// The whole app but its state: routes, extractor settings that answer problems, and
@@ -113,7 +103,6 @@ fn configure(config: &mut web::ServiceConfig) {
 /// Tokio runtime: it starts intake's LISTEN/NOTIFY tasks.
 pub fn serve(
     store: Store,
-    telemetry: Arc<Telemetry>,
     catalog: Arc<Catalog>,
     config: &Config,
     listener: TcpListener,
@@ -131,7 +120,6 @@ pub fn serve(
         body_timeout: config.body_timeout,
         approval_timeout: config.approval_timeout,
         limiters: rate_limits::AgentLimiters::default(),
-        telemetry,
     });
     let mut server = HttpServer::new(move || {
         App::new()

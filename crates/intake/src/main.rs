@@ -22,10 +22,15 @@ async fn main() -> anyhow::Result<()> {
     let listener =
         TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
     let address = listener.local_addr()?;
-    // The one line on stdout: scripts and tests read the chosen address from it.
+    // /metrics on a listener of its own: the agents' port does not expose it.
+    let metrics_address = opgate_telemetry::serve_metrics(telemetry.clone(), config.metrics_listen)
+        .await
+        .context("binding --metrics-listen")?;
+    // The two lines on stdout: scripts and tests read the chosen addresses from them.
     println!("intake listening on http://{address}");
-    tracing::info!(%address, "intake listening");
-    serve(store, telemetry.clone(), catalog, &config, listener)?.await?;
+    println!("intake metrics at http://{metrics_address}/metrics");
+    tracing::info!(%address, %metrics_address, "intake listening");
+    serve(store, catalog, &config, listener)?.await?;
     tracing::info!("intake stopped");
     telemetry.shutdown();
     Ok(())
