@@ -1,5 +1,6 @@
 //! `opgate operations show` takes an id's first digits, as `operations list` shows ids,
-//! and refuses a prefix that names more than one operation or none.
+//! and refuses a prefix that names more than one operation or none. A database that
+//! does not answer is named (never with its password), with how to choose another.
 
 use opgate_e2e::{opgate, Stack};
 
@@ -27,4 +28,22 @@ async fn show_finds_an_operation_by_the_start_of_its_id() {
     let none = opgate(&stack.db.url, &["operations", "show", other]);
     assert!(!none.status.success());
     assert!(none.stderr.contains("no operation"), "{}", none.stderr);
+}
+
+#[test]
+fn an_unreachable_database_is_named_without_its_password_with_a_hint() {
+    let failed = opgate(
+        "postgres://opgate:s3cret@127.0.0.1:1/opgate",
+        &["agents", "list"],
+    );
+    assert!(!failed.status.success());
+    assert!(
+        failed
+            .stderr
+            .contains("no database answered at postgres://127.0.0.1:1/opgate"),
+        "{}",
+        failed.stderr
+    );
+    assert!(failed.stderr.contains("DATABASE_URL"), "{}", failed.stderr);
+    assert!(!failed.stderr.contains("s3cret"), "{}", failed.stderr);
 }

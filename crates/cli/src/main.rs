@@ -98,10 +98,23 @@ enum BenchSql {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let database = opgate_telemetry::loggable_url(&cli.database_url);
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", one_line(&error));
+            let unreachable = error.chain().any(|cause| {
+                cause
+                    .downcast_ref::<opgate_store::StoreError>()
+                    .is_some_and(opgate_store::StoreError::is_unavailable)
+            });
+            if unreachable {
+                // Name the database tried (without credentials) and how to choose another.
+                eprintln!(
+                    "hint: no database answered at {database}; set DATABASE_URL (or \
+                     --database-url), or run `make up`, which prints one to use"
+                );
+            }
             ExitCode::FAILURE
         }
     }

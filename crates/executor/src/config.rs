@@ -24,6 +24,9 @@ pub struct Config {
     )]
     pub database_url: String,
 
+    #[command(flatten)]
+    pub db: opgate_store::DbTuning,
+
     /// Base URL of the payment provider.
     #[arg(long, env = "PROVIDER_URL", default_value = "http://127.0.0.1:9090")]
     pub provider_url: String,
@@ -36,10 +39,8 @@ pub struct Config {
     #[arg(long, env = "EXECUTOR_BATCH_SIZE", default_value_t = 32)]
     pub batch_size: usize,
 
-    /// Claim loops running at once. Each claim is a committed round trip, and one loop
-    /// waits for it before claiming again, so with small batches the claims limit the
-    /// drain: measured on 2 cores, batch 8 drained 2,219 ops/s with 1 loop and 4,358
-    /// with 4; batch 1, 392 and 954. At batch 32 the number made no clear difference.
+    /// Claim loops running at once; more help small batches, where each loop waits
+    /// for its claim's commit (measurements: docs/benchmarks.md).
     #[arg(long, env = "EXECUTOR_CLAIMERS", default_value_t = 4)]
     pub claimers: usize,
 
@@ -64,6 +65,7 @@ pub struct Config {
     #[arg(long, env = "EXECUTOR_RETRY_BASE", default_value = "200ms", value_parser = duration)]
     pub retry_base: Duration,
 
+    /// Longest retry delay: the doubling stops here.
     #[arg(long, env = "EXECUTOR_RETRY_MAX", default_value = "30s", value_parser = duration)]
     pub retry_max: Duration,
 

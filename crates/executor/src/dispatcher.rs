@@ -81,7 +81,9 @@ pub async fn run(
         let _ = claim_loop.await;
     }
     let tasks = std::mem::take(&mut *dispatch.tasks.lock().unwrap());
-    tracing::info!(in_flight = tasks.len(), "stopping: no new claims");
+    // The operations still being worked on (finished tasks stay in `tasks` until joined).
+    let in_flight = dispatch.in_flight.lock().unwrap().len();
+    tracing::info!(in_flight, "stopping: no new claims");
     drain_or_release(
         &store,
         tasks,

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
-use opgate_store::PoolSettings;
+use opgate_store::{DbTuning, PoolSettings};
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -47,15 +47,8 @@ pub struct Config {
     #[arg(long, alias = "db-timeout-secs", env = "INTAKE_DB_TIMEOUT", default_value = "2s", value_parser = duration_or_secs)]
     pub db_timeout: Duration,
 
-    /// The database cancels any statement of intake's running longer than this (lock
-    /// waits included), answered 503; 0s leaves the server's setting.
-    #[arg(long, env = "OPGATE_DB_STATEMENT_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
-    pub db_statement_timeout: Duration,
-
-    /// TCP keepalive on database connections: a dead peer is noticed within about
-    /// twice this, not after the kernel's hours.
-    #[arg(long, env = "OPGATE_DB_KEEPALIVE", default_value = "30s", value_parser = humantime::parse_duration)]
-    pub db_keepalive: Duration,
+    #[command(flatten)]
+    pub db: DbTuning,
 
     /// Log format: json (one object per line, with trace and span ids) or pretty.
     #[arg(long, env = "OPGATE_LOG_FORMAT", default_value = "json")]
@@ -109,13 +102,11 @@ impl Config {
     }
 
     pub fn pool_settings(&self) -> PoolSettings {
-        PoolSettings {
+        self.db.apply(PoolSettings {
             max_connections: self.db_connections.max(1),
             acquire_timeout: self.db_timeout.max(Duration::from_millis(100)),
-            statement_timeout: (!self.db_statement_timeout.is_zero())
-                .then_some(self.db_statement_timeout),
-            keepalive_idle: self.db_keepalive.max(Duration::from_secs(1)),
-        }
+            ..PoolSettings::default()
+        })
     }
 }
 

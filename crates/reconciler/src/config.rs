@@ -26,6 +26,9 @@ pub struct Config {
     )]
     pub database_url: String,
 
+    #[command(flatten)]
+    pub db: opgate_store::DbTuning,
+
     /// Base URL of the payment provider.
     #[arg(long, env = "PROVIDER_URL", default_value = "http://127.0.0.1:9090")]
     pub provider_url: String,
@@ -52,6 +55,7 @@ pub struct Config {
     #[arg(long, env = "RECONCILER_BACKOFF_BASE", default_value = "2s", value_parser = duration)]
     pub backoff_base: Duration,
 
+    /// Longest delay between two checks of one operation: the doubling stops here.
     #[arg(long, env = "RECONCILER_BACKOFF_MAX", default_value = "10m", value_parser = duration)]
     pub backoff_max: Duration,
 

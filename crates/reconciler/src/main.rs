@@ -15,10 +15,10 @@ async fn main() -> anyhow::Result<()> {
     if let Err(problem) = config.validate() {
         bail!(problem);
     }
-    let pool = PoolSettings {
+    let pool = config.db.apply(PoolSettings {
         max_connections: config.concurrency + 2,
         ..PoolSettings::default()
-    };
+    });
     let store =
         Store::connect(&config.database_url, &pool).context("configuring the database pool")?;
     if config.migrate {

@@ -23,6 +23,7 @@ mod reconciliation;
 mod refunds;
 mod registration_batch;
 mod stats;
+mod tuning;
 
 pub use agent_reads::AgentOperationFilter;
 pub use agent_request::AgentRequestContext;
@@ -42,3 +43,4 @@ pub use reconciliation::ClaimedReconciliation;
 pub use refunds::{NewRefund, RefundRegistration};
 pub use registration_batch::PendingRegistration;
 pub use stats::TableCounts;
+pub use tuning::DbTuning;
