@@ -102,3 +102,26 @@ impl TestDb {
         key
     }
 }
+
+/// Registers a payment of `amount` through the store, as intake does: PENDING, with its
+/// outbox event; invoice `inv_<key>`.
+pub async fn register_payment(store: &Store, agent: &str, key: &str, amount: &str) -> uuid::Uuid {
+    let request =
+        opgate_domain::PaymentRequest::parse("cus_1", &format!("inv_{key}"), amount, None)
+            .unwrap()
+            .to_operation_request();
+    let key = opgate_domain::IdempotencyKey::parse(key).unwrap();
+    let new = opgate_store::NewOperation {
+        operation_id: uuid::Uuid::new_v4(),
+        agent_id: agent,
+        idempotency_key: &key,
+        request: &request,
+        provider: opgate_domain::OPGATE_HTTP_PROVIDER,
+        awaiting_approval_for: None,
+        trace_context: None,
+    };
+    match store.register_operation(&new).await.unwrap() {
+        opgate_store::Registration::Created(record) => record.operation_id,
+        other => panic!("expected a new operation, got {other:?}"),
+    }
+}

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod db;
 pub mod kinds;
 pub mod localstripe;
+pub mod mcp;
 pub mod metrics;
 pub mod otlp;
 pub mod recording_proxy;

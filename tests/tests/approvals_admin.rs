@@ -6,10 +6,8 @@
 
 use std::time::Duration;
 
-use opgate_domain::{IdempotencyKey, PaymentRequest};
 use opgate_e2e::api::Reply;
 use opgate_e2e::{opgate, Executor, Intake, Stack, TestDb};
-use opgate_store::{NewOperation, Registration};
 use reqwest::Method;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -21,23 +19,7 @@ const OPERATOR: &str = "carol";
 /// Registers a payment through the store, as intake does: PENDING, with its outbox
 /// event.
 async fn register_payment(db: &TestDb, agent: &str, key: &str) -> Uuid {
-    let request = PaymentRequest::parse("cus_1", &format!("inv_{key}"), "750.00", None)
-        .unwrap()
-        .to_operation_request();
-    let key = IdempotencyKey::parse(key).unwrap();
-    let new = NewOperation {
-        operation_id: Uuid::new_v4(),
-        agent_id: agent,
-        idempotency_key: &key,
-        request: &request,
-        provider: opgate_domain::OPGATE_HTTP_PROVIDER,
-        awaiting_approval_for: None,
-        trace_context: None,
-    };
-    match db.store.register_operation(&new).await.unwrap() {
-        Registration::Created(record) => record.operation_id,
-        other => panic!("expected a new operation, got {other:?}"),
-    }
+    opgate_e2e::db::register_payment(&db.store, agent, key, "750.00").await
 }
 
 /// A payment that is AWAITING_APPROVAL: registered, then moved there with its outbox

@@ -4,15 +4,9 @@
 //! key, one charge when the provider's answer is lost, refusals as tool errors, and
 //! guardrails exactly as over HTTP. Real intake, executor, provider-sim, PostgreSQL.
 
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Stdio};
-
+use opgate_e2e::mcp::run_steps;
 use opgate_e2e::{Executor, Intake, Stack, TestDb};
 use serde_json::{json, Value};
-
-const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/pytools/bin/python");
-const DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/driver.py");
 
 /// Runs the steps through one MCP client session as the agent with `key`; one answer
 /// per step.
@@ -21,37 +15,7 @@ fn mcp(intake: &Intake, key: &str, steps: Value) -> Vec<Value> {
 }
 
 fn mcp_in_mode(intake: &Intake, key: &str, mode: &str, steps: Value) -> Vec<Value> {
-    assert!(
-        Path::new(PYTHON).exists(),
-        "the Python MCP client is not installed: run `make test` (scripts/python-tools.sh)"
-    );
-    let mut child = Command::new(PYTHON)
-        .arg(DRIVER)
-        .env("MCP_URL", intake.url("/mcp"))
-        .env("AGENT_KEY", key)
-        .env("MCP_MODE", mode)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the MCP driver");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(steps.to_string().as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "MCP driver failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
+    run_steps(&intake.url("/mcp"), key, mode, &steps)
 }
 
 fn call(tool: &str, args: Value) -> Value {

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use opgate_e2e::{Executor, Stack};
 
-const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/pytools/bin/python");
+use opgate_e2e::mcp::PYTHON;
 const EXAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../examples/agent/pay_and_refund.py"

@@ -13,7 +13,7 @@ use std::time::Duration;
 use opgate_e2e::{eventually, Executor, Reconciler, Stack, TestDb};
 use serde_json::Value;
 
-const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/pytools/bin/python");
+use opgate_e2e::mcp::PYTHON;
 const AGENTS_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/naive_agents.py");
 const AGENTS: usize = 200;
 const IDENTITIES: usize = 20;

@@ -2,16 +2,12 @@
 //! `_meta.traceparent` names (as the HTTP API continues the `traceparent` header), and
 //! the executor's work on the operation joins that trace, as a child of the tool call.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use opgate_e2e::mcp::run_steps;
 use opgate_e2e::otlp::{OtlpReceiver, SpanKind};
 use opgate_e2e::{Executor, Stack, TestDb};
-use serde_json::{json, Value};
-
-const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/pytools/bin/python");
-const DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/driver.py");
+use serde_json::json;
 const SETTLE: Duration = Duration::from_secs(30);
 
 #[tokio::test]
@@ -35,23 +31,7 @@ async fn a_tool_call_continues_the_agents_trace_through_the_executor() {
         },
         "traceparent": format!("00-{agent_trace}-{agent_span}-01"),
     }]);
-    let mut child = Command::new(PYTHON)
-        .arg(DRIVER)
-        .env("MCP_URL", stack.intake.url("/mcp"))
-        .env("AGENT_KEY", &stack.key)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(steps.to_string().as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success());
-    let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let answer = &run_steps(&stack.intake.url("/mcp"), &stack.key, "auto", &steps)[0];
     let id = answer["structured"]["operation_id"].as_str().unwrap();
     stack
         .wait_for_status(id.parse().unwrap(), "SUCCEEDED", SETTLE)

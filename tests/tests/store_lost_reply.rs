@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use opgate_domain::{IdempotencyKey, OperationStatus, PaymentRequest, Transition};
+use opgate_e2e::db::register_payment;
 use opgate_e2e::TestDb;
 use opgate_store::{
     FencedTransition, FencedWrite, NewOperation, PoolSettings, Registration, Store,
@@ -15,23 +16,7 @@ use opgate_store::{
 use uuid::Uuid;
 
 async fn register(store: &Store, agent: &str, key: &str) -> Uuid {
-    let request = PaymentRequest::parse("cus_1", &format!("inv_{key}"), "10.00", None)
-        .unwrap()
-        .to_operation_request();
-    let key = IdempotencyKey::parse(key).unwrap();
-    let new = NewOperation {
-        operation_id: Uuid::new_v4(),
-        agent_id: agent,
-        idempotency_key: &key,
-        request: &request,
-        provider: opgate_domain::OPGATE_HTTP_PROVIDER,
-        awaiting_approval_for: None,
-        trace_context: None,
-    };
-    match store.register_operation(&new).await.unwrap() {
-        Registration::Created(record) => record.operation_id,
-        other => panic!("expected a new operation, got {other:?}"),
-    }
+    register_payment(store, agent, key, "10.00").await
 }
 
 #[tokio::test]
