@@ -26,11 +26,14 @@ pub struct AgentOperationFilter<'a> {
 /// Newest first; ties on `created_at` broken by id, so pages never overlap or skip.
 /// The cursor operation is looked up within the same agent: another agent's id as a
 /// cursor finds nothing to continue from, and the page is empty.
+/// `created_at IS NOT NULL` (always true) names the listing index's predicate (V12):
+/// that index is partial so that no other statement, the key lookup above all, can use
+/// it.
 const LIST_AGENT_OPERATIONS: &str = concat!(
     "SELECT ",
     operation_columns!(),
     " FROM operations
-     WHERE agent_id = $1
+     WHERE agent_id = $1 AND created_at IS NOT NULL
        AND ($2::text IS NULL OR status = $2)
        AND ($3::text IS NULL OR operation_type = $3)
        AND ($5::uuid IS NULL OR (created_at, operation_id) < (
