@@ -45,5 +45,11 @@ fn an_unreachable_database_is_named_without_its_password_with_a_hint() {
         failed.stderr
     );
     assert!(failed.stderr.contains("DATABASE_URL"), "{}", failed.stderr);
+    assert_eq!(
+        failed.stderr.trim_end().lines().count(),
+        1,
+        "{}",
+        failed.stderr
+    );
     assert!(!failed.stderr.contains("s3cret"), "{}", failed.stderr);
 }

@@ -102,19 +102,22 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", one_line(&error));
             let unreachable = error.chain().any(|cause| {
                 cause
                     .downcast_ref::<opgate_store::StoreError>()
                     .is_some_and(opgate_store::StoreError::is_unavailable)
             });
-            if unreachable {
-                // Name the database tried (without credentials) and how to choose another.
-                eprintln!(
-                    "hint: no database answered at {database}; set DATABASE_URL (or \
-                     --database-url), or run `make up`, which prints one to use"
-                );
-            }
+            // One line whatever happened; when no database answered, it also names the
+            // one tried (without credentials) and how to choose another.
+            let hint = if unreachable && database != "<not a URL>" {
+                format!(
+                    " (no database answered at {database}: set DATABASE_URL or \
+                     --database-url, or run `make up`, which prints one to use)"
+                )
+            } else {
+                String::new()
+            };
+            eprintln!("error: {}{hint}", one_line(&error));
             ExitCode::FAILURE
         }
     }
