@@ -31,6 +31,17 @@ pub struct MoneyFields {
     pub currency: String,
 }
 
+impl MoneyFields {
+    /// The name of the top-level member holding the amount: the pointer "/total" names
+    /// "total" (with `~1` and `~0` unescaped).
+    pub fn amount_member(&self) -> String {
+        self.amount
+            .trim_start_matches('/')
+            .replace("~1", "/")
+            .replace("~0", "~")
+    }
+}
+
 /// The request that executes an operation: the body is the normalised request, the
 /// idempotency header carries the provider key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,22 +34,22 @@ pub struct OperationPage {
     pub next_cursor: Option<String>,
 }
 
+/// A `status` filter, in any case; else the 400 that names the statuses there are.
+pub fn status_filter(text: &str) -> Result<OperationStatus, Problem> {
+    text.to_ascii_uppercase()
+        .parse::<OperationStatus>()
+        .map_err(|_| {
+            let all: Vec<&str> = OperationStatus::ALL.iter().map(|s| s.as_str()).collect();
+            Problem::bad_query(format!("status must be one of {}", all.join(", ")))
+        })
+}
+
 pub async fn list_page(
     store: &Store,
     agent_id: &str,
     request: &ListRequest<'_>,
 ) -> Result<OperationPage, Problem> {
-    let status = request
-        .status
-        .map(|text| {
-            text.to_ascii_uppercase()
-                .parse::<OperationStatus>()
-                .map_err(|_| {
-                    let all: Vec<&str> = OperationStatus::ALL.iter().map(|s| s.as_str()).collect();
-                    Problem::bad_query(format!("status must be one of {}", all.join(", ")))
-                })
-        })
-        .transpose()?;
+    let status = request.status.map(status_filter).transpose()?;
     let limit = match request.limit {
         None => DEFAULT_LIMIT,
         Some(limit) if limit >= 1 => limit.min(MAX_LIMIT),

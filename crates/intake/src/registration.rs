@@ -183,9 +183,7 @@ async fn prepare(
         }
         Kind::Declared(declared) => {
             if let Some(money) = declared.money() {
-                // A JSON pointer to a top-level member: "/total" names "total".
-                let member = money.amount.trim_start_matches('/');
-                require_exact_number(body, &member.replace("~1", "/").replace("~0", "~"))?;
+                require_exact_number(body, &money.amount_member())?;
             }
             let request = declared
                 .validate(&parse_object_value(body)?)

@@ -216,11 +216,7 @@ fn require_string_amounts(kind: Kind<'_>, arguments: &JsonObject) -> Result<(), 
     let member = match kind {
         Kind::Builtin(_) => "amount".to_owned(),
         Kind::Declared(declared) => match declared.money() {
-            Some(money) => money
-                .amount
-                .trim_start_matches('/')
-                .replace("~1", "/")
-                .replace("~0", "~"),
+            Some(money) => money.amount_member(),
             None => return Ok(()),
         },
     };

@@ -50,15 +50,7 @@ impl ListQuery {
         let status = query
             .status
             .as_deref()
-            .map(|text| {
-                text.to_ascii_uppercase()
-                    .parse::<OperationStatus>()
-                    .map_err(|_| {
-                        let all: Vec<&str> =
-                            OperationStatus::ALL.iter().map(|s| s.as_str()).collect();
-                        Problem::bad_query(format!("status must be one of {}", all.join(", ")))
-                    })
-            })
+            .map(crate::listing::status_filter)
             .transpose()?;
         let agent_id = query
             .agent
