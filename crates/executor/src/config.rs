@@ -53,6 +53,17 @@ pub struct Config {
     #[arg(long, env = "EXECUTOR_LEASE", default_value = "30s", value_parser = duration)]
     pub lease: Duration,
 
+    /// How often the outbox partitions new events no longer go to are emptied into the
+    /// current one and truncated (their dead rows go with them, even where a held
+    /// snapshot stops VACUUM).
+    #[arg(long, env = "EXECUTOR_OUTBOX_ROTATION_INTERVAL", default_value = "500ms", value_parser = duration)]
+    pub outbox_rotation_interval: Duration,
+
+    /// How long a rotation waits for a partition's lock (claims queue behind it
+    /// meanwhile) before leaving that partition for the next round.
+    #[arg(long, env = "EXECUTOR_OUTBOX_ROTATION_LOCK_TIMEOUT", default_value = "100ms", value_parser = duration)]
+    pub outbox_rotation_lock_timeout: Duration,
+
     /// Fallback poll interval when no notification arrives.
     #[arg(long, env = "EXECUTOR_POLL_INTERVAL", default_value = "1s", value_parser = duration)]
     pub poll_interval: Duration,
@@ -160,6 +171,12 @@ impl Config {
         }
         if self.lease < Duration::from_millis(300) {
             return Err("--lease must be at least 300ms".into());
+        }
+        if self.outbox_rotation_interval.is_zero() || self.outbox_rotation_lock_timeout.is_zero() {
+            return Err(
+                "--outbox-rotation-interval and --outbox-rotation-lock-timeout must be above zero"
+                    .into(),
+            );
         }
         Ok(())
     }

@@ -75,11 +75,18 @@ pub async fn run(
     let loops: Vec<_> = (0..dispatch.config.claimers.max(1))
         .map(|_| tokio::spawn(claim_loop(dispatch.clone(), stopped.clone())))
         .collect();
+    let rotation = crate::rotation::spawn(
+        store.clone(),
+        dispatch.config.outbox_rotation_interval,
+        dispatch.config.outbox_rotation_lock_timeout,
+        stopped.clone(),
+    );
     shutdown.await;
     let _ = stop.send(true);
     for claim_loop in loops {
         let _ = claim_loop.await;
     }
+    let _ = rotation.await;
     let tasks = std::mem::take(&mut *dispatch.tasks.lock().unwrap());
     // The operations still being worked on (finished tasks stay in `tasks` until joined).
     let in_flight = dispatch.in_flight.lock().unwrap().len();

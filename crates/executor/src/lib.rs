@@ -8,6 +8,7 @@ mod completions;
 pub mod config;
 mod dispatcher;
 mod heartbeat;
+mod rotation;
 mod rules;
 mod settled;
 mod worker;

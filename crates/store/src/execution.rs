@@ -40,7 +40,7 @@ pub struct ClaimedOperation {
 
 pub(crate) const CLAIM_DUE: &str = "
 WITH due AS (
-    SELECT o.event_id, o.operation_id, op.status AS previous_status
+    SELECT o.event_id, o.slot, o.operation_id, op.status AS previous_status
     FROM outbox o
     JOIN operations op ON op.operation_id = o.operation_id
     WHERE o.available_at <= now()
@@ -57,7 +57,7 @@ WITH due AS (
         claimed_until = now() + $2::float8 * interval '1 millisecond',
         attempts = o.attempts + 1
     FROM due
-    WHERE o.event_id = due.event_id
+    WHERE o.event_id = due.event_id AND o.slot = due.slot
     RETURNING o.operation_id, due.previous_status
 ), claimed AS (
     UPDATE operations op

@@ -18,6 +18,7 @@ mod notifications;
 mod operations;
 mod operator_actions;
 mod operators;
+mod outbox_rotation;
 mod pool;
 mod reconciliation;
 mod refunds;
@@ -38,6 +39,7 @@ pub use notifications::{spawn_listener, Wakeup, OUTBOX_CHANNEL, SETTLED_CHANNEL}
 pub use operations::{NewOperation, OperationRecord, Registration};
 pub use operator_actions::{OperationFilter, OperatorAction};
 pub use operators::{OperatorRecord, OperatorRevocation};
+pub use outbox_rotation::OutboxRotation;
 pub use pool::{PoolSettings, Store, DEFAULT_KEEPALIVE_IDLE, DEFAULT_STATEMENT_TIMEOUT};
 pub use reconciliation::ClaimedReconciliation;
 pub use refunds::{NewRefund, RefundRegistration};

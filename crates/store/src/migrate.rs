@@ -36,7 +36,20 @@ impl Store {
         let outcome = runner.run_async(client_ref).await;
         client.execute(RELEASE_LOCK, &[&MIGRATION_LOCK_ID]).await?;
         client.batch_execute("RESET statement_timeout").await?;
-        let report = outcome.map_err(|e| StoreError::Migration(e.to_string()))?;
+        let report = outcome.map_err(|e| StoreError::Migration(with_causes(&e)))?;
         Ok(report.applied_migrations().len())
     }
+}
+
+/// The error and what caused it: refinery's own message ends in the driver's "db
+/// error", and the server's message (which statement failed, and why) is its source.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
