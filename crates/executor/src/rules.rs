@@ -11,16 +11,26 @@
 //! | not sent, nothing sent before                  | requeue with backoff; FAILED past the attempts |
 //! | not sent after an uncertain attempt, uncertain or timed out | same key again while attempts last and the provider deduplicates; else UNKNOWN |
 //! | uncertain, and the provider advises no retry   | UNKNOWN at once                         |
+//! | throttled (429), nothing sent before           | requeue after its Retry-After; not counted as an attempt |
+//! | throttled after an uncertain attempt           | wait its Retry-After in this claim, then the same key; not counted |
 //!
 //! "An uncertain attempt" is any earlier call that may have reached the provider: one
 //! of this claim's (`Attempt::answered` carries it to the next call) or the previous
 //! owner's, whose lease expired mid-call (`Attempt::first_call` of a takeover).
+//!
+//! A throttled call was not taken on by the provider, so it is not an attempt: it
+//! neither uses up `--max-attempts` nor grows a requeue's backoff, and throttling alone
+//! never makes an operation FAILED or UNKNOWN. After an uncertain attempt it is waited
+//! out inside the claim rather than requeued, because a new claim would start without
+//! knowing that an earlier call may have reached the provider (and would then take a
+//! refusal for a first-hand one).
 
 use std::time::Duration;
 
 use opgate_domain::backoff::retry_delay;
 use opgate_domain::{OperationStatus, Transition};
 use opgate_provider::ProviderOutcome;
+use rand::Rng;
 
 /// What is known when an answer arrives.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +61,16 @@ pub enum Step {
     RetrySameKey {
         cause: String,
     },
+    /// The provider rate limited a call and nothing earlier may have reached it: put
+    /// the operation back, due after `delay`, without counting the call.
+    Throttled {
+        delay: Duration,
+    },
+    /// The provider rate limited a call after one that may have reached it: wait
+    /// `delay` in this claim, then send the same key again, without counting the call.
+    WaitSameKey {
+        delay: Duration,
+    },
 }
 
 impl Attempt {
@@ -76,7 +96,8 @@ impl Attempt {
     /// The step this call's answer leads to. When it is to send again, `self` becomes
     /// the next call's: one more call, and possibly sent, since the same key is sent
     /// again only after an answer that may have reached the provider (uncertain, timed
-    /// out) or one that proves nothing about an earlier call that may have.
+    /// out) or one that proves nothing about an earlier call that may have. A call
+    /// waited out after throttling is not one more: the next call takes its place.
     pub fn answered(&mut self, outcome: ProviderOutcome) -> Step {
         let step = after_answer(outcome, self);
         if let Step::RetrySameKey { .. } = step {
@@ -119,6 +140,24 @@ pub fn after_answer(outcome: ProviderOutcome, attempt: &Attempt) -> Step {
                     .with_error(format!(
                         "provider rejected a retry (HTTP {status}): {detail}; an earlier attempt may have reached it"
                     )),
+            )
+        }
+        // Not taken on: no evidence of anything, and not an attempt.
+        ProviderOutcome::Throttled { retry_after } if !attempt.maybe_sent => {
+            return Step::Throttled {
+                delay: throttle_delay(retry_after),
+            }
+        }
+        ProviderOutcome::Throttled { retry_after } if attempt.keyed_retries_safe => {
+            return Step::WaitSameKey {
+                delay: throttle_delay(retry_after),
+            }
+        }
+        ProviderOutcome::Throttled { .. } => {
+            return Step::Write(
+                Transition::to(Unknown, "outcome uncertain; the reconciler follows up").with_error(
+                    "provider rate limited a retry (HTTP 429); an earlier attempt may have reached it",
+                ),
             )
         }
         ProviderOutcome::Pending { reference } => {
@@ -164,6 +203,13 @@ pub fn after_answer(outcome: ProviderOutcome, attempt: &Attempt) -> Step {
     Step::RetrySameKey {
         cause: uncertain_cause,
     }
+}
+
+/// The provider's wait plus up to a fifth more, so that operations throttled together
+/// do not all come back in the same instant; never less than it asked.
+pub fn throttle_delay(retry_after: Duration) -> Duration {
+    let spread = (retry_after / 5).as_millis() as u64;
+    retry_after + Duration::from_millis(rand::thread_rng().gen_range(0..=spread))
 }
 
 /// What is known about a claim before any call.
@@ -248,6 +294,12 @@ mod tests {
         ProviderOutcome::Rejected {
             status: 409,
             detail: "conflict".into(),
+        }
+    }
+
+    fn throttled() -> ProviderOutcome {
+        ProviderOutcome::Throttled {
+            retry_after: Duration::from_secs(2),
         }
     }
 
@@ -439,7 +491,7 @@ mod tests {
     #[test]
     fn no_answer_without_evidence_ever_fails() {
         let final_ = || ProviderOutcome::UncertainFinal { cause: "?".into() };
-        let answers: [fn() -> ProviderOutcome; 2] = [uncertain, timed_out];
+        let answers: [fn() -> ProviderOutcome; 3] = [uncertain, timed_out, throttled];
         for maybe_sent in [false, true] {
             for calls in 1..=4 {
                 for keyed_retries_safe in [false, true] {
@@ -457,6 +509,58 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_throttled_call_is_requeued_after_its_retry_after_and_not_counted() {
+        // Even as the last of the attempts: throttling never fails an operation.
+        for calls in [1, 3] {
+            let mut a = Attempt { calls, ..attempt() };
+            match a.answered(throttled()) {
+                Step::Throttled { delay } => assert!(
+                    delay >= Duration::from_secs(2) && delay <= Duration::from_millis(2400),
+                    "{delay:?}"
+                ),
+                other => panic!("expected a throttled requeue, got {other:?}"),
+            }
+            assert_eq!((a.calls, a.maybe_sent), (calls, false), "not counted");
+        }
+    }
+
+    #[test]
+    fn a_throttled_retry_after_an_uncertain_call_waits_in_the_claim_and_keeps_its_doubt() {
+        let mut a = Attempt::first_call(&claim(), 0, BASE, MAX);
+        assert_eq!(then(&a.answered(timed_out())), Then::Retry);
+        assert_eq!(a.calls, 2);
+        match a.answered(throttled()) {
+            Step::WaitSameKey { delay } => assert!(delay >= Duration::from_secs(2)),
+            other => panic!("expected a wait in the claim, got {other:?}"),
+        }
+        assert_eq!(
+            (a.calls, a.maybe_sent),
+            (2, true),
+            "not counted, still in doubt"
+        );
+        // The call after the wait is the third of three: a refusal is still no evidence.
+        assert_eq!(written(a.answered(rejected())).to, Unknown);
+        // Without keyed retries nothing is sent twice: the reconciler takes over.
+        let unkeyed = Attempt {
+            maybe_sent: true,
+            keyed_retries_safe: false,
+            ..attempt()
+        };
+        let t = written(after_answer(throttled(), &unkeyed));
+        assert_eq!(t.to, Unknown);
+        assert!(t.last_error.unwrap().contains("HTTP 429"));
+    }
+
+    #[test]
+    fn the_throttle_delay_is_the_wait_asked_plus_at_most_a_fifth() {
+        for _ in 0..50 {
+            let d = throttle_delay(Duration::from_millis(1000));
+            assert!(d >= Duration::from_millis(1000) && d <= Duration::from_millis(1200));
+        }
+        assert_eq!(throttle_delay(Duration::ZERO), Duration::ZERO);
     }
 
     #[test]
@@ -481,6 +585,8 @@ mod tests {
         Write(OperationStatus),
         Requeue,
         Retry,
+        Throttled,
+        Wait,
     }
 
     fn then(step: &Step) -> Then {
@@ -488,6 +594,8 @@ mod tests {
             Step::Write(t) => Then::Write(t.to),
             Step::Requeue { .. } => Then::Requeue,
             Step::RetrySameKey { .. } => Then::Retry,
+            Step::Throttled { .. } => Then::Throttled,
+            Step::WaitSameKey { .. } => Then::Wait,
         }
     }
 
@@ -553,6 +661,9 @@ mod tests {
             P::NotSent { .. } if !sent_before && left => Then::Requeue,
             P::NotSent { .. } if !sent_before => Then::Write(Failed),
             P::UncertainFinal { .. } => Then::Write(Unknown),
+            // Whatever the attempts left: a throttled call is not one.
+            P::Throttled { .. } if !sent_before => Then::Throttled,
+            P::Throttled { .. } => Then::Wait,
             P::NotSent { .. } | P::Uncertain { .. } | P::TimedOut { .. } if left && keyed => {
                 Then::Retry
             }
@@ -583,6 +694,7 @@ mod tests {
             uncertain(),
             timed_out(),
             ProviderOutcome::UncertainFinal { cause: "?".into() },
+            throttled(),
         ]
     }
 

@@ -34,7 +34,14 @@ pub struct Worker {
 /// The write a provider call leads to.
 enum Decision {
     Write(Transition),
-    Requeue { delay: Duration, error: String },
+    Requeue {
+        delay: Duration,
+        error: String,
+    },
+    /// Rate limited by the provider: back to PENDING after `delay`, the call uncounted.
+    Throttled {
+        delay: Duration,
+    },
     LeaseLost,
 }
 
@@ -115,7 +122,10 @@ impl Worker {
                 outcome = self.providers.execute(&op.provider, instruction) => outcome,
                 _ = lost.changed() => return Decision::LeaseLost,
             };
-            *calls_made += 1;
+            // A throttled call was not taken on: it is not counted as one.
+            if !matches!(outcome, ProviderOutcome::Throttled { .. }) {
+                *calls_made += 1;
+            }
             metrics().provider_call(outcome_name(&outcome), started.elapsed().as_secs_f64());
             tracing::info!(
                 operation_id = %op.operation_id, attempt = attempt.calls,
@@ -125,6 +135,17 @@ impl Worker {
             match attempt.answered(outcome) {
                 Step::Write(transition) => return Decision::Write(transition),
                 Step::Requeue { delay, error } => return Decision::Requeue { delay, error },
+                Step::Throttled { delay } => return Decision::Throttled { delay },
+                Step::WaitSameKey { delay } => {
+                    // The lease is heartbeated meanwhile; the next call takes this one's
+                    // place in the count, so nothing is counted.
+                    tracing::info!(operation_id = %op.operation_id, wait_ms = delay.as_millis() as u64, "provider rate limited a retry; waiting in the claim");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = lost.changed() => return Decision::LeaseLost,
+                    }
+                    continue;
+                }
                 Step::RetrySameKey { .. } => {}
             }
             // Same key, same operation: the provider deduplicates, so this is safe.
@@ -190,6 +211,16 @@ impl Worker {
                         )
                         .await
                 }
+                Decision::Throttled { delay } => {
+                    self.store
+                        .requeue_rate_limited(
+                            op.operation_id,
+                            op.fencing_token,
+                            &self.owner,
+                            *delay,
+                        )
+                        .await
+                }
             };
             match result {
                 Ok(FencedWrite::Applied) => {
@@ -234,6 +265,9 @@ impl Worker {
             Decision::Requeue { delay, .. } => {
                 tracing::info!(operation_id = %op.operation_id, retry_in_ms = delay.as_millis() as u64, "provider unreachable; requeued");
             }
+            Decision::Throttled { delay } => {
+                tracing::info!(operation_id = %op.operation_id, retry_in_ms = delay.as_millis() as u64, "provider rate limited the call; requeued, not counted");
+            }
             Decision::LeaseLost => {}
         }
     }
@@ -261,5 +295,6 @@ fn outcome_name(outcome: &ProviderOutcome) -> &'static str {
         ProviderOutcome::Uncertain { .. } => "uncertain",
         ProviderOutcome::TimedOut { .. } => "timeout",
         ProviderOutcome::UncertainFinal { .. } => "uncertain_final",
+        ProviderOutcome::Throttled { .. } => "throttled",
     }
 }

@@ -19,7 +19,7 @@ parameters returns the original, different parameters get 409):
   GET  /v1/resources/{collection}?idempotency_key=K
   GET  /v1/resources/{collection}/{id}
   Refund and resource bodies may hold \"simulate\": \"failed\" or \"pending\".
-  Faults apply to every create.
+  Faults apply to every create; lookup-lag-ms to every lookup.
 
 Simulator controls:
   GET  /_sim/ledger                    charges, refunds, resources, requests_by_key
@@ -36,9 +36,12 @@ pub struct Config {
     pub listen: String,
 
     /// Fault to inject, repeatable: `drop-after-commit`, `error-before-commit`,
-    /// `error-after-commit` or `pending` with SPEC `P` (probability 0.0..=1.0) or `P/N`
-    /// (at most N injections); or `delay-ms=MILLISECONDS` (before handling a create) or
-    /// `delay-answer-ms=MILLISECONDS` (after handling it, before answering).
+    /// `error-after-commit`, `pending` or `throttle` (429, nothing recorded) with SPEC
+    /// `P` (probability 0.0..=1.0) or `P/N` (at most N injections); or
+    /// `delay-ms=MILLISECONDS` (before handling a create), `delay-answer-ms=MILLISECONDS`
+    /// (after handling it, before answering), `throttle-retry-after-s=SECONDS` (the
+    /// `Retry-After` of a 429) or `lookup-lag-ms=MILLISECONDS` (lookups answer 404 for
+    /// that long after a record is committed).
     #[arg(
         long = "fault",
         value_name = "NAME=SPEC",
@@ -55,6 +58,8 @@ pub enum FaultArg {
     Probability(Fault, ProbFault),
     DelayMs(u64),
     DelayAnswerMs(u64),
+    ThrottleRetryAfterS(u64),
+    LookupLagMs(u64),
 }
 
 impl FaultArg {
@@ -63,6 +68,8 @@ impl FaultArg {
             FaultArg::Probability(fault, _) => fault.name(),
             FaultArg::DelayMs(_) => "delay-ms",
             FaultArg::DelayAnswerMs(_) => "delay-answer-ms",
+            FaultArg::ThrottleRetryAfterS(_) => "throttle-retry-after-s",
+            FaultArg::LookupLagMs(_) => "lookup-lag-ms",
         }
     }
 }
@@ -93,6 +100,8 @@ impl Config {
                 FaultArg::Probability(fault, p) => *set.slot_mut(*fault) = Some(*p),
                 FaultArg::DelayMs(ms) => set.delay_ms = *ms,
                 FaultArg::DelayAnswerMs(ms) => set.delay_answer_ms = *ms,
+                FaultArg::ThrottleRetryAfterS(secs) => set.throttle_retry_after_s = Some(*secs),
+                FaultArg::LookupLagMs(ms) => set.lookup_lag_ms = *ms,
             }
         }
         Ok(set)
@@ -116,10 +125,23 @@ pub fn parse_fault_arg(text: &str) -> Result<FaultArg, String> {
             .map(FaultArg::DelayAnswerMs)
             .map_err(|_| format!("delay-answer-ms: expected milliseconds, got {spec:?}"));
     }
+    if name == "throttle-retry-after-s" {
+        return spec
+            .parse()
+            .map(FaultArg::ThrottleRetryAfterS)
+            .map_err(|_| format!("throttle-retry-after-s: expected seconds, got {spec:?}"));
+    }
+    if name == "lookup-lag-ms" {
+        return spec
+            .parse()
+            .map(FaultArg::LookupLagMs)
+            .map_err(|_| format!("lookup-lag-ms: expected milliseconds, got {spec:?}"));
+    }
     let fault = Fault::from_name(name).ok_or_else(|| {
         format!(
             "unknown fault {name:?}; expected one of drop-after-commit, error-before-commit, \
-             error-after-commit, delay-ms, delay-answer-ms, pending"
+             error-after-commit, delay-ms, delay-answer-ms, pending, throttle, \
+             throttle-retry-after-s, lookup-lag-ms"
         )
     })?;
     parse_probability_spec(spec)
@@ -176,6 +198,18 @@ mod tests {
             parse_fault_arg("delay-answer-ms=3000"),
             Ok(FaultArg::DelayAnswerMs(3000))
         );
+        assert_eq!(
+            parse_fault_arg("throttle=1.0/3"),
+            Ok(prob(Fault::Throttle, 1.0, Some(3)))
+        );
+        assert_eq!(
+            parse_fault_arg("throttle-retry-after-s=2"),
+            Ok(FaultArg::ThrottleRetryAfterS(2))
+        );
+        assert_eq!(
+            parse_fault_arg("lookup-lag-ms=3000"),
+            Ok(FaultArg::LookupLagMs(3000))
+        );
     }
 
     #[test]
@@ -196,6 +230,9 @@ mod tests {
             "delay-ms=-5",
             "delay-ms=1.5",
             "delay-answer-ms=soon",
+            "throttle-retry-after-s=1.5",
+            "lookup-lag-ms=-1",
+            "throttle=2",
         ] {
             assert!(parse_fault_arg(bad).is_err(), "{bad} should be rejected");
         }
@@ -213,6 +250,12 @@ mod tests {
             "delay-ms=20",
             "--fault",
             "delay-answer-ms=30",
+            "--fault",
+            "throttle=0.5",
+            "--fault",
+            "throttle-retry-after-s=2",
+            "--fault",
+            "lookup-lag-ms=3000",
         ])
         .unwrap();
         assert_eq!(config.listen, "127.0.0.1:0");
@@ -224,6 +267,9 @@ mod tests {
         assert_eq!(set.delay_ms, 20);
         assert_eq!(set.delay_answer_ms, 30);
         assert_eq!(set.pending, None);
+        assert_eq!(set.throttle, Some(ProbFault::new(0.5, None).unwrap()));
+        assert_eq!(set.throttle_retry_after_s, Some(2));
+        assert_eq!(set.lookup_lag_ms, 3000);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Injectable faults: which ones are armed, with what probability and how many
 //! injections they have left, and the dice roll that decides whether one fires.
-//! They apply alike to every create (payments, refunds, resources); lookups and the
-//! `/_sim` controls are never faulted.
+//! They apply alike to every create (payments, refunds, resources); lookups are
+//! faulted only by `lookup_lag_ms`, and the `/_sim` controls never.
 //! The same `FaultSet` is built from `--fault` flags and read/replaced through
 //! `GET`/`POST /_sim/faults` (its JSON form is the serde form below).
 
@@ -19,14 +19,18 @@ pub enum Fault {
     ErrorAfterCommit,
     /// Leave a new record pending instead of succeeding it.
     Pending,
+    /// Answer 429 Too Many Requests (with `Retry-After` when
+    /// `throttle_retry_after_s` is set) and record nothing: a rate limit.
+    Throttle,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 4] = [
+    pub const ALL: [Fault; 5] = [
         Fault::DropAfterCommit,
         Fault::ErrorBeforeCommit,
         Fault::ErrorAfterCommit,
         Fault::Pending,
+        Fault::Throttle,
     ];
 
     /// The name used on the command line and in logs.
@@ -36,6 +40,7 @@ impl Fault {
             Fault::ErrorBeforeCommit => "error-before-commit",
             Fault::ErrorAfterCommit => "error-after-commit",
             Fault::Pending => "pending",
+            Fault::Throttle => "throttle",
         }
     }
 
@@ -96,6 +101,17 @@ pub struct FaultSet {
     pub error_after_commit: Option<ProbFault>,
     #[serde(default)]
     pub pending: Option<ProbFault>,
+    // The three below are left out of the JSON form while off, so that it reads as
+    // it did before they existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<ProbFault>,
+    /// The `Retry-After` (seconds) a throttled answer carries; absent: none is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle_retry_after_s: Option<u64>,
+    /// Lookups answer 404 for a record until this long after it was committed, as an
+    /// eventually consistent provider's reads lag its writes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lookup_lag_ms: u64,
     /// Sleep before handling every create (`POST /v1/payments`, `/v1/refunds`,
     /// `/v1/resources/{collection}`).
     #[serde(default)]
@@ -106,6 +122,10 @@ pub struct FaultSet {
     pub delay_answer_ms: u64,
 }
 
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
 impl FaultSet {
     pub fn slot_mut(&mut self, fault: Fault) -> &mut Option<ProbFault> {
         match fault {
@@ -113,6 +133,7 @@ impl FaultSet {
             Fault::ErrorBeforeCommit => &mut self.error_before_commit,
             Fault::ErrorAfterCommit => &mut self.error_after_commit,
             Fault::Pending => &mut self.pending,
+            Fault::Throttle => &mut self.throttle,
         }
     }
 
@@ -177,6 +198,21 @@ mod tests {
         assert_eq!(set.delay_ms, 200);
         let back: FaultSet = serde_json::from_value(serde_json::to_value(set).unwrap()).unwrap();
         assert_eq!(back, set);
+
+        let throttled: FaultSet = serde_json::from_str(
+            r#"{"throttle": {"probability": 1.0, "times": 3}, "throttle_retry_after_s": 2,
+                "lookup_lag_ms": 3000}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            throttled.throttle,
+            Some(ProbFault::new(1.0, Some(3)).unwrap())
+        );
+        assert_eq!(throttled.throttle_retry_after_s, Some(2));
+        assert_eq!(throttled.lookup_lag_ms, 3000);
+        let back: FaultSet =
+            serde_json::from_value(serde_json::to_value(throttled).unwrap()).unwrap();
+        assert_eq!(back, throttled);
 
         assert!(serde_json::from_str::<FaultSet>(r#"{"explode": 1}"#).is_err());
         let bad: FaultSet = serde_json::from_str(r#"{"pending": {"probability": 1.5}}"#).unwrap();

@@ -13,7 +13,7 @@ use std::fmt;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -21,7 +21,7 @@ use serde_json::json;
 
 use crate::faults::Fault;
 use crate::model::Record;
-use crate::state::{CreateOutcome, SimState};
+use crate::state::{CreateOutcome, SimState, Throttled};
 
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
@@ -48,6 +48,8 @@ struct Handled {
     /// The payment, refund or resource the request was about.
     id: Option<String>,
     faults: Vec<&'static str>,
+    /// `Retry-After` (seconds) to send with the reply.
+    retry_after_s: Option<u64>,
 }
 
 impl Handled {
@@ -63,6 +65,7 @@ impl Handled {
             reply,
             id: None,
             faults: Vec::new(),
+            retry_after_s: None,
         }
     }
 
@@ -72,6 +75,14 @@ impl Handled {
 
     fn bad_request(message: impl Into<String>) -> Handled {
         Handled::error(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// The throttle fault's 429, with its `Retry-After` when one is set.
+    fn throttled(throttled: Throttled) -> Handled {
+        let mut handled = Handled::error(StatusCode::TOO_MANY_REQUESTS, "rate limited")
+            .fault(Fault::Throttle.name());
+        handled.retry_after_s = throttled.retry_after_s;
+        handled
     }
 
     fn record(status: StatusCode, record: &impl Record) -> Handled {
@@ -160,6 +171,11 @@ pub async fn handle(
             response
                 .headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            if let Some(seconds) = handled.retry_after_s {
+                response
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(seconds));
+            }
             Ok(response)
         }
         Reply::Drop => Err(DropConnection),
@@ -214,6 +230,13 @@ fn idempotency_key(req: &Request<Incoming>) -> Result<String, Handled> {
     }
 }
 
+/// The throttle fault's answer, if it fires for this create. Checked once the body
+/// has been read: a server that answers before reading the body and closes the
+/// connection can have its answer lost to a reset.
+fn throttled(state: &SimState, key: &str) -> Option<Handled> {
+    state.throttle(key).map(Handled::throttled)
+}
+
 /// Sleeps for the delay-ms fault, if armed; whether it slept.
 async fn injected_delay(state: &SimState) -> bool {
     let delay = state.delay();
@@ -225,7 +248,14 @@ async fn injected_delay(state: &SimState) -> bool {
 
 /// The answer to a create that reached the state. `created` is the status of a new
 /// record's answer: 200 for payments and refunds, 201 for resources.
-fn created_reply<T: Record>(outcome: CreateOutcome<T>, created: StatusCode) -> Handled {
+fn created_reply<T: Record>(
+    state: &SimState,
+    outcome: CreateOutcome<T>,
+    created: StatusCode,
+) -> Handled {
+    if let CreateOutcome::Created { record, .. } = &outcome {
+        state.note_committed(record.id());
+    }
     match outcome {
         CreateOutcome::InjectedErrorBeforeCommit => Handled::error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -252,6 +282,7 @@ fn created_reply<T: Record>(outcome: CreateOutcome<T>, created: StatusCode) -> H
                     reply: Reply::Drop,
                     id: Some(record.id().to_owned()),
                     faults: Vec::new(),
+                    retry_after_s: None,
                 },
                 _ => Handled::record(created, &record),
             };
@@ -277,9 +308,13 @@ fn lookup_key(query: Option<&str>) -> Result<String, Handled> {
     }
 }
 
-/// A lookup's answer: the record or 404.
-fn found(record: Option<impl Record>) -> Handled {
+/// A lookup's answer: the record, or 404 (also for a record the lookup-lag fault
+/// still hides).
+fn found(state: &SimState, record: Option<impl Record>) -> Handled {
     match record {
+        Some(record) if state.lookup_lagging(record.id()) => {
+            not_found().for_record(&record).fault("lookup-lag-ms")
+        }
         Some(record) => Handled::record(StatusCode::OK, &record),
         None => not_found(),
     }

@@ -10,10 +10,11 @@
 mod payments;
 mod refunds;
 mod resources;
+mod timing;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use serde::Serialize;
@@ -22,6 +23,7 @@ use crate::faults::{Fault, FaultSet};
 use crate::model::{Charge, LedgerRefund, LedgerResource, Settlement, Simulate, Status};
 
 pub use refunds::RefundRejection;
+pub use timing::Throttled;
 
 /// Shared handle to the simulator's state; cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -36,6 +38,9 @@ struct Inner {
     resources: resources::Resources,
     requests_by_key: BTreeMap<String, u64>,
     traceparents_by_key: BTreeMap<String, Vec<String>>,
+    throttled_by_key: BTreeMap<String, Vec<String>>,
+    /// When each record (by id) was committed, for the lookup-lag fault.
+    committed_at: HashMap<String, Instant>,
     faults: FaultSet,
 }
 
@@ -83,6 +88,9 @@ pub struct Ledger {
     /// The W3C `traceparent` of each request under each key, in order (requests
     /// without one are not listed): shows that callers propagate their trace.
     pub traceparents_by_key: BTreeMap<String, Vec<String>>,
+    /// When each create under each key was answered 429 by the throttle fault (RFC
+    /// 3339, in order): with a charge's `charged_at`, how long the caller waited.
+    pub throttled_by_key: BTreeMap<String, Vec<String>>,
 }
 
 impl SimState {
@@ -139,6 +147,7 @@ impl SimState {
             resource_count: inner.resources.ledger.len(),
             requests_by_key: inner.requests_by_key.clone(),
             traceparents_by_key: inner.traceparents_by_key.clone(),
+            throttled_by_key: inner.throttled_by_key.clone(),
         }
     }
 }

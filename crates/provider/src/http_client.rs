@@ -4,7 +4,7 @@
 //! things: a connect failure proves the request never left; a response timeout proves
 //! nothing.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -18,6 +18,7 @@ use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::outcome::{LookupOutcome, ProviderOutcome};
+use crate::retry_after::retry_after;
 
 /// What one HTTP call came to.
 pub(crate) enum Exchange {
@@ -127,13 +128,28 @@ impl HttpClient {
 }
 
 impl Exchange {
-    /// What an execute call came to, a complete answer read by `classify`.
+    /// What an execute call came to, a complete answer read by `classify`; a
+    /// throttled answer gets the wait its `Retry-After` asks for.
     pub(crate) fn executed(
         self,
         classify: impl FnOnce(u16, &[u8]) -> ProviderOutcome,
     ) -> ProviderOutcome {
         match self {
-            Exchange::Answered { status, body, .. } => classify(status, &body),
+            Exchange::Answered {
+                status,
+                headers,
+                body,
+            } => match classify(status, &body) {
+                ProviderOutcome::Throttled { .. } => ProviderOutcome::Throttled {
+                    retry_after: retry_after(
+                        headers
+                            .get(hyper::header::RETRY_AFTER)
+                            .and_then(|value| value.to_str().ok()),
+                        SystemTime::now(),
+                    ),
+                },
+                outcome => outcome,
+            },
             Exchange::NotSent(cause) => ProviderOutcome::NotSent { cause },
             Exchange::Uncertain(cause) => ProviderOutcome::Uncertain { cause },
             Exchange::TimedOut(cause) => ProviderOutcome::TimedOut { cause },
@@ -169,6 +185,10 @@ impl Exchange {
             | ProviderOutcome::NotSent { cause } => LookupOutcome::Unavailable { cause },
             ProviderOutcome::Rejected { status, detail } => LookupOutcome::Unavailable {
                 cause: format!("lookup refused (HTTP {status}): {detail}"),
+            },
+            // The reconciler's own backoff spaces the next lookup.
+            ProviderOutcome::Throttled { .. } => LookupOutcome::Unavailable {
+                cause: "lookup rate limited by the provider (HTTP 429)".into(),
             },
             found => LookupOutcome::Found(found),
         }
@@ -390,6 +410,39 @@ mod tests {
             }
             other => panic!("expected unavailable, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_429_waits_as_long_as_its_retry_after_says_and_is_no_lookup_answer() {
+        let throttled = server(Then::Write(
+            "HTTP/1.1 429 Too Many Requests\r\nretry-after: 7\r\ncontent-length: 2\r\n\r\n{}",
+        ))
+        .await;
+        let exchange = client().exchange(post(throttled)).await;
+        assert_eq!(
+            exchange.executed(classify_response),
+            ProviderOutcome::Throttled {
+                retry_after: Duration::from_secs(7)
+            }
+        );
+        let exchange = client().exchange(post(throttled)).await;
+        assert!(matches!(
+            exchange.looked_up(classify_response),
+            LookupOutcome::Unavailable { cause } if cause.contains("429")
+        ));
+        let bare = server(Then::Write(
+            "HTTP/1.1 429 Too Many Requests\r\ncontent-length: 2\r\n\r\n{}",
+        ))
+        .await;
+        assert_eq!(
+            client()
+                .exchange(post(bare))
+                .await
+                .executed(classify_response),
+            ProviderOutcome::Throttled {
+                retry_after: crate::retry_after::DEFAULT_RETRY_AFTER
+            }
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod http_client;
 mod instruction;
 mod outcome;
 mod registry;
+mod retry_after;
 mod stripe;
 mod stripe_outcome;
 
@@ -19,6 +20,7 @@ pub use http_adapter::{HttpProvider, HttpProviderConfig};
 pub use instruction::{provider_key, Instruction};
 pub use outcome::{classify_response, LookupOutcome, ProviderOutcome};
 pub use registry::Providers;
+pub use retry_after::{DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER, MIN_RETRY_AFTER};
 pub use stripe::{StripeConfig, StripeProvider, STRIPE_PROVIDER};
 
 /// One provider adapter. Used as a trait object (`Arc<dyn Provider>` in `Providers`),

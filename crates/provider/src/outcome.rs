@@ -8,16 +8,24 @@
 //! | 2xx `status: pending`                            | `Pending`    | UNKNOWN (reconciler)     |
 //! | 2xx with a body it cannot read                   | `Uncertain`  | keyed retry, else UNKNOWN|
 //! | 400, 402, 403, 404, 422 (definitive refusal)     | `Rejected`   | FAILED, status + error   |
-//! | 408, 409, 425, 429 (try again)                   | `Uncertain`  | keyed retry, else UNKNOWN|
+//! | 429 (rate limited; `Retry-After` read)           | `Throttled`  | requeue after the wait, not counted |
+//! | 408, 409, 425 (try again)                        | `Uncertain`  | keyed retry, else UNKNOWN|
 //! | 5xx                                             | `Uncertain`  | keyed retry, else UNKNOWN|
 //! | connect failed (refused, DNS, connect timeout)   | `NotSent`    | retry later; then FAILED |
 //! | no complete answer within the response timeout   | `TimedOut`   | keyed retry, else UNKNOWN|
 //! | reset or closed after the request was sent       | `Uncertain`  | keyed retry, else UNKNOWN|
 //!
 //! Nothing becomes FAILED without evidence: a refusal from the provider, or proof that
-//! the request never left.
+//! the request never left. A 429 is the provider saying it did not take the request on
+//! (it refused it for its rate, not for its content): waiting and sending the same key
+//! again is safe. A 503 is not read that way, even with `Retry-After`: a gateway may
+//! answer it after the request reached the provider behind it.
+
+use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::retry_after::DEFAULT_RETRY_AFTER;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderOutcome {
@@ -52,6 +60,11 @@ pub enum ProviderOutcome {
     UncertainFinal {
         cause: String,
     },
+    /// Not taken on: the provider is rate limiting us (HTTP 429) and asks for this wait
+    /// (its `Retry-After`, bounded) before the same request is sent again.
+    Throttled {
+        retry_after: Duration,
+    },
 }
 
 /// What a lookup by key says about an operation.
@@ -83,7 +96,12 @@ pub fn classify_status(status: u16, body: &[u8]) -> ProviderOutcome {
         200..=299 => ProviderOutcome::Uncertain {
             cause: format!("provider answered {status} where no success was expected"),
         },
-        408 | 409 | 425 | 429 => ProviderOutcome::Uncertain {
+        // The wait is the default here: the header is read where the answer's headers
+        // are (`http_client::Exchange::executed`).
+        429 => ProviderOutcome::Throttled {
+            retry_after: DEFAULT_RETRY_AFTER,
+        },
+        408 | 409 | 425 => ProviderOutcome::Uncertain {
             cause: format!("provider asked to retry (HTTP {status})"),
         },
         400..=499 => ProviderOutcome::Rejected {
@@ -188,9 +206,19 @@ mod tests {
 
     #[test]
     fn retryable_and_server_errors_are_uncertain_never_failed() {
-        for status in [408, 409, 425, 429, 500, 502, 503, 504] {
+        for status in [408, 409, 425, 500, 502, 503, 504] {
             assert!(matches!(json(status, "{}"), Uncertain { .. }), "{status}");
         }
+    }
+
+    #[test]
+    fn a_429_is_throttled_with_the_default_wait_until_its_header_is_read() {
+        assert_eq!(
+            json(429, r#"{"error":"slow down"}"#),
+            Throttled {
+                retry_after: DEFAULT_RETRY_AFTER
+            }
+        );
     }
 
     #[test]
@@ -208,9 +236,9 @@ mod tests {
             }
         );
         assert_eq!(
-            classify_status(429, b""),
+            classify_status(425, b""),
             Uncertain {
-                cause: "provider asked to retry (HTTP 429)".into()
+                cause: "provider asked to retry (HTTP 425)".into()
             }
         );
     }

@@ -6,10 +6,15 @@
 //! | succeeded                         | SUCCEEDED with the provider's reference          |
 //! | failed (declined)                 | FAILED with the provider's code                  |
 //! | pending                           | UNKNOWN, next check after backoff                |
-//! | not found, within the grace period| UNKNOWN, next check after backoff                |
+//! | not found, within the grace period| UNKNOWN, next check after backoff, whatever the check count |
 //! | not found, past the grace period  | MANUAL_REVIEW (or FAILED if lookups are authoritative) |
 //! | lookup failed or timed out        | UNKNOWN, next check after backoff                |
 //! | still UNKNOWN after the check or age limit | MANUAL_REVIEW with the reason           |
+//!
+//! "Not found" within the grace is what an eventually consistent provider answers for
+//! an operation it did commit (its lookup lags its writes): the grace, not the number
+//! of checks, bounds how long that is believed, so a short backoff cannot turn lookup
+//! lag into a MANUAL_REVIEW. Only the age limit ends it sooner.
 
 use std::time::Duration;
 
@@ -35,26 +40,29 @@ pub struct Policy {
 
 /// `checks` counts this lookup; `age` is the time since the operation became UNKNOWN.
 pub fn decide(lookup: &LookupOutcome, checks: u32, age: Duration, policy: &Policy) -> Transition {
+    let check_again = |why: String, reference: Option<String>| Transition {
+        to: OperationStatus::Unknown,
+        provider_reference: reference,
+        last_error: Some(why.clone()),
+        reason: why,
+        next_check_in: Some(retry_delay(
+            checks.saturating_sub(1),
+            policy.backoff_base,
+            policy.backoff_max,
+        )),
+    };
+    let escalate = |why: String, reference: Option<String>| Transition {
+        to: OperationStatus::ManualReview,
+        provider_reference: reference,
+        last_error: Some(why.clone()),
+        reason: format!("no conclusion after {checks} checks ({why}); needs an operator"),
+        next_check_in: None,
+    };
     let inconclusive = |why: String, reference: Option<String>| {
         if checks >= policy.max_checks || age >= policy.max_age {
-            return Transition {
-                to: OperationStatus::ManualReview,
-                provider_reference: reference,
-                last_error: Some(why.clone()),
-                reason: format!("no conclusion after {checks} checks ({why}); needs an operator"),
-                next_check_in: None,
-            };
-        }
-        Transition {
-            to: OperationStatus::Unknown,
-            provider_reference: reference,
-            last_error: Some(why.clone()),
-            reason: why,
-            next_check_in: Some(retry_delay(
-                checks.saturating_sub(1),
-                policy.backoff_base,
-                policy.backoff_max,
-            )),
+            escalate(why, reference)
+        } else {
+            check_again(why, reference)
         }
     };
     match lookup {
@@ -103,7 +111,12 @@ pub fn decide(lookup: &LookupOutcome, checks: u32, age: Duration, policy: &Polic
             }
         }
         LookupOutcome::NotFound => {
-            inconclusive("provider has no record of the operation yet".into(), None)
+            let why = "provider has no record of the operation yet".to_owned();
+            if age >= policy.max_age {
+                escalate(why, None)
+            } else {
+                check_again(why, None)
+            }
         }
         LookupOutcome::Unavailable { cause } => {
             inconclusive(format!("provider lookup failed: {cause}"), None)
@@ -223,6 +236,29 @@ mod tests {
         let v = decide(&LookupOutcome::NotFound, 2, OLD, &policy());
         assert_eq!(v.to, ManualReview);
         assert!(v.last_error.unwrap().contains("no record"));
+    }
+
+    #[test]
+    fn not_found_within_the_grace_stays_unknown_however_many_checks_lookup_lag_takes() {
+        let p = policy();
+        for checks in [p.max_checks - 1, p.max_checks, p.max_checks * 10] {
+            let v = decide(&LookupOutcome::NotFound, checks, YOUNG, &p);
+            assert_eq!(v.to, Unknown, "check {checks}");
+            assert!(v.next_check_in.is_some());
+        }
+        // The age limit still ends it, and the grace's end is an answer as before.
+        let mut short = policy();
+        short.max_age = Duration::from_secs(5);
+        let old = decide(&LookupOutcome::NotFound, 1, YOUNG, &short);
+        assert_eq!(old.to, ManualReview);
+        assert!(old.reason.contains("no record of the operation yet"));
+        assert_eq!(
+            decide(&LookupOutcome::NotFound, p.max_checks * 10, OLD, &p).to,
+            ManualReview
+        );
+        // Other inconclusive answers still count against the checks.
+        let down = LookupOutcome::Unavailable { cause: "x".into() };
+        assert_eq!(decide(&down, p.max_checks, YOUNG, &p).to, ManualReview);
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod operator_actions;
 mod operators;
 mod outbox_rotation;
 mod pool;
+mod rate_limited;
 mod reconciliation;
 mod refunds;
 mod registration_batch;

@@ -3,7 +3,9 @@
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 
-use super::{accept_key, created_reply, found, injected_delay, lookup_key, read_json, Handled};
+use super::{
+    accept_key, created_reply, found, injected_delay, lookup_key, read_json, throttled, Handled,
+};
 use crate::model::CreatePaymentRequest;
 use crate::state::SimState;
 
@@ -19,8 +21,11 @@ pub(super) async fn create(state: &SimState, req: Request<Incoming>) -> Handled 
         },
         Err(handled) => return handled,
     };
+    if let Some(handled) = throttled(state, &key) {
+        return handled;
+    }
     let delayed = injected_delay(state).await;
-    created_reply(state.create_payment(&key, request), StatusCode::OK)
+    created_reply(state, state.create_payment(&key, request), StatusCode::OK)
         .delayed(delayed)
         .answered_late(state)
         .await
@@ -28,7 +33,7 @@ pub(super) async fn create(state: &SimState, req: Request<Incoming>) -> Handled 
 
 pub(super) fn lookup(state: &SimState, query: Option<&str>) -> Handled {
     match lookup_key(query) {
-        Ok(key) => found(state.payment_by_key(&key)),
+        Ok(key) => found(state, state.payment_by_key(&key)),
         Err(handled) => handled,
     }
 }

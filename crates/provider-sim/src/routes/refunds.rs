@@ -4,7 +4,9 @@ use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use serde_json::json;
 
-use super::{accept_key, created_reply, found, injected_delay, lookup_key, read_json, Handled};
+use super::{
+    accept_key, created_reply, found, injected_delay, lookup_key, read_json, throttled, Handled,
+};
 use crate::model::CreateRefundRequest;
 use crate::state::{RefundRejection, SimState};
 
@@ -20,9 +22,12 @@ pub(super) async fn create(state: &SimState, req: Request<Incoming>) -> Handled 
         },
         Err(handled) => return handled,
     };
+    if let Some(handled) = throttled(state, &key) {
+        return handled;
+    }
     let delayed = injected_delay(state).await;
     let handled = match state.create_refund(&key, request) {
-        Ok(outcome) => created_reply(outcome, StatusCode::OK),
+        Ok(outcome) => created_reply(state, outcome, StatusCode::OK),
         Err(rejection) => rejected(rejection),
     };
     handled.delayed(delayed).answered_late(state).await
@@ -30,7 +35,7 @@ pub(super) async fn create(state: &SimState, req: Request<Incoming>) -> Handled 
 
 pub(super) fn lookup(state: &SimState, query: Option<&str>) -> Handled {
     match lookup_key(query) {
-        Ok(key) => found(state.refund_by_key(&key)),
+        Ok(key) => found(state, state.refund_by_key(&key)),
         Err(handled) => handled,
     }
 }

@@ -6,7 +6,8 @@ use hyper::{Method, Request, StatusCode};
 use serde_json::Value;
 
 use super::{
-    accept_key, created_reply, found, injected_delay, lookup_key, not_found, read_json, Handled,
+    accept_key, created_reply, found, injected_delay, lookup_key, not_found, read_json, throttled,
+    Handled,
 };
 use crate::model::{valid_collection, NewResource, COLLECTION_RULE};
 use crate::state::SimState;
@@ -34,9 +35,9 @@ pub(super) async fn route(state: &SimState, path: &str, req: Request<Incoming>) 
     }
     match (req.method(), id) {
         (&Method::POST, _) => create(state, collection, req).await,
-        (_, Some(id)) => found(state.resource_by_id(collection, id)),
+        (_, Some(id)) => found(state, state.resource_by_id(collection, id)),
         (_, None) => match lookup_key(req.uri().query()) {
-            Ok(key) => found(state.resource_by_key(collection, &key)),
+            Ok(key) => found(state, state.resource_by_key(collection, &key)),
             Err(handled) => handled,
         },
     }
@@ -54,9 +55,16 @@ async fn create(state: &SimState, collection: &str, req: Request<Incoming>) -> H
         },
         Err(handled) => return handled,
     };
+    if let Some(handled) = throttled(state, &key) {
+        return handled;
+    }
     let delayed = injected_delay(state).await;
-    created_reply(state.create_resource(&key, request), StatusCode::CREATED)
-        .delayed(delayed)
-        .answered_late(state)
-        .await
+    created_reply(
+        state,
+        state.create_resource(&key, request),
+        StatusCode::CREATED,
+    )
+    .delayed(delayed)
+    .answered_late(state)
+    .await
 }
