@@ -8,10 +8,11 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use opgate_provider::Providers;
 use opgate_store::{spawn_listener, ClaimedOperation, Store, OUTBOX_CHANNEL};
+use opgate_telemetry::metrics;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use uuid::Uuid;
@@ -118,11 +119,15 @@ async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>)
             }
         }
         let wanted = slots.len();
-        let claimed = match dispatch
+        let started = Instant::now();
+        let claim = dispatch
             .store
             .claim_due_operations(&dispatch.owner, config.lease, wanted as i64)
-            .await
-        {
+            .await;
+        // Every claim, empty and failed ones too: an empty claim still walks past every
+        // dead tuple the outbox holds.
+        metrics().claim("executor", started.elapsed().as_secs_f64());
+        let claimed = match claim {
             Ok(claimed) => {
                 claim_failures = 0;
                 claimed

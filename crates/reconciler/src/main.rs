@@ -49,10 +49,15 @@ async fn main() -> anyhow::Result<()> {
         let store = gauges.clone();
         async move {
             let counts = store.pipeline_counts().await.ok()?;
+            // Apart: a failed read of the statistics views must not hide the backlog.
+            let health = store.queue_health().await.ok();
             Some(opgate_telemetry::PipelineSnapshot {
                 operations_by_status: counts.unsettled_by_status,
                 outbox_depth: counts.outbox_depth,
                 outbox_oldest_age_seconds: counts.outbox_oldest_age_seconds,
+                outbox_dead_tuples: health.map(|h| h.outbox_dead_tuples),
+                oldest_transaction_age_seconds: health.map(|h| h.oldest_transaction_age_seconds),
+                oldest_xmin_age: health.map(|h| h.oldest_xmin_age),
             })
         }
     });

@@ -20,6 +20,7 @@ mod operator_actions;
 mod operators;
 mod outbox_rotation;
 mod pool;
+pub mod queue_health;
 mod rate_limited;
 mod reconciliation;
 mod refunds;

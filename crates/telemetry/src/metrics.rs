@@ -1,7 +1,8 @@
 //! The `opgate_*` metrics. Instruments live on the global meter, so they reach both
 //! `/metrics` (Prometheus text) and OTLP. Counters are per process; the pipeline
-//! gauges (operations by status, outbox depth and age) are read from the database by
-//! the executor and reconciler and are the same whichever process serves them.
+//! gauges (operations by status, outbox depth and age, the queue's dead tuples and
+//! vacuum horizon) are read from the database by the executor and reconciler and are
+//! the same whichever process serves them.
 //! Every metric is described in docs/observability.md.
 
 use std::collections::BTreeMap;
@@ -13,12 +14,36 @@ use opentelemetry::metrics::{Counter, Histogram};
 use opentelemetry::{global, KeyValue};
 
 /// A reading of the pipeline from the database.
+///
+/// The queue-health fields are read apart from the rest (a role that may not read a
+/// statistics view must not hide the backlog): `None` means that reading failed, and
+/// the gauge keeps its previous value.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PipelineSnapshot {
     /// Non-terminal statuses and how many operations are in each.
     pub operations_by_status: BTreeMap<String, i64>,
     pub outbox_depth: i64,
     pub outbox_oldest_age_seconds: f64,
+    /// Dead tuples over the outbox's partitions.
+    pub outbox_dead_tuples: Option<i64>,
+    /// Seconds since the oldest transaction that holds back vacuum began.
+    pub oldest_transaction_age_seconds: Option<f64>,
+    /// Transactions since the oldest xmin that holds back vacuum.
+    pub oldest_xmin_age: Option<i64>,
+}
+
+impl PipelineSnapshot {
+    /// This reading, with the queue-health values it lacks taken from `previous`.
+    fn or_previous(mut self, previous: Option<&PipelineSnapshot>) -> Self {
+        if let Some(previous) = previous {
+            self.outbox_dead_tuples = self.outbox_dead_tuples.or(previous.outbox_dead_tuples);
+            self.oldest_transaction_age_seconds = self
+                .oldest_transaction_age_seconds
+                .or(previous.oldest_transaction_age_seconds);
+            self.oldest_xmin_age = self.oldest_xmin_age.or(previous.oldest_xmin_age);
+        }
+        self
+    }
 }
 
 pub struct Metrics {
@@ -31,6 +56,7 @@ pub struct Metrics {
     stale_writes_rejected: Counter<u64>,
     operations_completed: Counter<u64>,
     reconciliations: Counter<u64>,
+    claim_duration: Histogram<f64>,
     pipeline: Arc<Mutex<Option<PipelineSnapshot>>>,
 }
 
@@ -112,6 +138,54 @@ impl Metrics {
                 }
             })
             .build();
+        let snapshot = pipeline.clone();
+        meter
+            .i64_observable_gauge("opgate_outbox_dead_tuples")
+            .with_description("Dead tuples in the outbox (all partitions), not yet vacuumed")
+            .with_unit("{tuple}")
+            .with_callback(move |observer| {
+                if let Some(dead) = snapshot
+                    .lock()
+                    .unwrap()
+                    .as_ref()
+                    .and_then(|s| s.outbox_dead_tuples)
+                {
+                    observer.observe(dead, &[]);
+                }
+            })
+            .build();
+        let snapshot = pipeline.clone();
+        meter
+            .f64_observable_gauge("opgate_oldest_transaction_age")
+            .with_description("Age of the oldest open transaction holding back vacuum")
+            .with_unit("s")
+            .with_callback(move |observer| {
+                if let Some(age) = snapshot
+                    .lock()
+                    .unwrap()
+                    .as_ref()
+                    .and_then(|s| s.oldest_transaction_age_seconds)
+                {
+                    observer.observe(age, &[]);
+                }
+            })
+            .build();
+        let snapshot = pipeline.clone();
+        meter
+            .i64_observable_gauge("opgate_oldest_xmin_age")
+            .with_description("Transactions since the oldest xmin holding back vacuum")
+            .with_unit("{transaction}")
+            .with_callback(move |observer| {
+                if let Some(age) = snapshot
+                    .lock()
+                    .unwrap()
+                    .as_ref()
+                    .and_then(|s| s.oldest_xmin_age)
+                {
+                    observer.observe(age, &[]);
+                }
+            })
+            .build();
 
         Self {
             intake_requests: meter
@@ -160,6 +234,12 @@ impl Metrics {
                 .u64_counter("opgate_reconciliations")
                 .with_description("Reconciler verdicts, by outcome")
                 .with_unit("{check}")
+                .build(),
+            claim_duration: meter
+                .f64_histogram("opgate_claim_duration")
+                .with_description("Duration of each claim of due work, with the connection wait")
+                .with_unit("s")
+                .with_boundaries(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 30.0])
                 .build(),
             pipeline,
         }
@@ -211,8 +291,15 @@ impl Metrics {
             .add(1, &[KeyValue::new("outcome", outcome)]);
     }
 
+    /// One claim statement, answered or failed (`worker`: executor).
+    pub fn claim(&self, worker: &'static str, seconds: f64) {
+        self.claim_duration
+            .record(seconds, &[KeyValue::new("worker", worker)]);
+    }
+
     pub fn set_pipeline(&self, snapshot: PipelineSnapshot) {
-        *self.pipeline.lock().unwrap() = Some(snapshot);
+        let mut pipeline = self.pipeline.lock().unwrap();
+        *pipeline = Some(snapshot.or_previous(pipeline.as_ref()));
     }
 }
 
@@ -232,4 +319,36 @@ where
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PipelineSnapshot;
+
+    #[test]
+    fn a_failed_queue_health_read_keeps_the_previous_values() {
+        let previous = PipelineSnapshot {
+            outbox_depth: 1,
+            outbox_dead_tuples: Some(7),
+            oldest_transaction_age_seconds: Some(1.5),
+            oldest_xmin_age: Some(3),
+            ..PipelineSnapshot::default()
+        };
+        let failed = PipelineSnapshot {
+            outbox_depth: 2,
+            ..PipelineSnapshot::default()
+        };
+        let merged = failed.or_previous(Some(&previous));
+        assert_eq!(merged.outbox_depth, 2);
+        assert_eq!(merged.outbox_dead_tuples, Some(7));
+        assert_eq!(merged.oldest_transaction_age_seconds, Some(1.5));
+        assert_eq!(merged.oldest_xmin_age, Some(3));
+
+        let read = PipelineSnapshot {
+            oldest_xmin_age: Some(0),
+            ..previous.clone()
+        };
+        assert_eq!(read.clone().or_previous(Some(&previous)), read);
+        assert_eq!(read.clone().or_previous(None), read);
+    }
 }
