@@ -1,7 +1,7 @@
 //! The real binaries, started from the workspace's target directory (the Makefile
 //! builds them before the tests run), as child processes that are killed on drop.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -52,7 +52,12 @@ impl CliOutput {
 
 /// Runs `opgate <args>` against `database_url` and waits for it.
 pub fn opgate(database_url: &str, args: &[&str]) -> CliOutput {
-    let output = Command::new(binary("opgate"))
+    opgate_program(&binary("opgate"), database_url, args)
+}
+
+/// Runs another build of `opgate` (the previous release's, say) and waits for it.
+pub fn opgate_program(program: &Path, database_url: &str, args: &[&str]) -> CliOutput {
+    let output = Command::new(program)
         .args(args)
         .env("DATABASE_URL", database_url)
         .stdin(Stdio::null())
@@ -89,8 +94,20 @@ impl Service {
         envs: &[(&str, &str)],
         lines: usize,
     ) -> Self {
+        Self::spawn_program(name, &binary(name), args, envs, lines).await
+    }
+
+    /// Starts another build of the service `name` (the previous release's, say), and
+    /// waits for its first `lines` lines on stdout.
+    pub async fn spawn_program(
+        name: &'static str,
+        program: &Path,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        lines: usize,
+    ) -> Self {
         let (log_path, log) = log_file(name);
-        let mut child = tokio::process::Command::new(binary(name))
+        let mut child = tokio::process::Command::new(program)
             .args(args)
             .env("RUST_LOG", "info")
             .envs(envs.iter().copied())
@@ -177,11 +194,21 @@ impl Intake {
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
+        Self::start_program(&binary("intake"), database_url, extra_args, env).await
+    }
+
+    /// Another build of intake (the previous release's, say).
+    pub async fn start_program(
+        program: &Path,
+        database_url: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut args = vec!["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"];
         args.extend_from_slice(extra_args);
         let mut envs = vec![("DATABASE_URL", database_url)];
         envs.extend_from_slice(env);
-        let service = Service::spawn_reading("intake", &args, &envs, 2).await;
+        let service = Service::spawn_program("intake", program, &args, &envs, 2).await;
         let metrics_url = service.more_lines[0]
             .strip_prefix("intake metrics at ")
             .unwrap_or_else(|| {
@@ -276,11 +303,24 @@ impl Worker {
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
+        let program = binary(name);
+        let urls = [database_url, provider_url];
+        Self::spawn_program(name, &program, fast_poll, urls, extra_args, env).await
+    }
+
+    async fn spawn_program(
+        name: &'static str,
+        program: &Path,
+        fast_poll: [&str; 2],
+        [database_url, provider_url]: [&str; 2],
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut args = vec!["--provider-url", provider_url, fast_poll[0], fast_poll[1]];
         args.extend_from_slice(extra_args);
         let mut envs = vec![("DATABASE_URL", database_url)];
         envs.extend_from_slice(env);
-        let service = Service::spawn(name, &args, &envs).await;
+        let service = Service::spawn_program(name, program, &args, &envs, 1).await;
         let expected = format!("{name} running as");
         assert!(
             service.ready_line.starts_with(&expected),
@@ -311,6 +351,19 @@ impl Worker {
             env,
         )
         .await
+    }
+
+    /// Another build of the executor (the previous release's, say).
+    pub async fn start_executor_program(
+        program: &Path,
+        database_url: &str,
+        provider_url: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let urls = [database_url, provider_url];
+        let poll = ["--poll-interval", "200ms"];
+        Self::spawn_program("executor", program, poll, urls, extra_args, env).await
     }
 
     /// A reconciler.

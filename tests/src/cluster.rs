@@ -1,5 +1,10 @@
-//! A private PostgreSQL cluster for tests that stop and restart the database under a
-//! running service (the shared server must stay up for every other test).
+//! A private PostgreSQL cluster for tests that stop, crash and restart the database under
+//! a running service (the shared server must stay up for every other test).
+//!
+//! It commits synchronously (`synchronous_commit=on`, whatever the shared server's
+//! settings): a commit the server acknowledged is in its WAL before the client hears of
+//! it, so a crash (`crash`) may lose nothing a client was told. `fsync=off` stays: only
+//! the server process dies here, never the machine, and the page cache survives it.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -72,7 +77,8 @@ impl PgCluster {
 
     pub fn start_server(&self) {
         let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -c unix_socket_directories= -c fsync=off",
+            "-c listen_addresses=127.0.0.1 -p {} -c unix_socket_directories= -c fsync=off \
+             -c synchronous_commit=on",
             self.port
         );
         let log = self.dir.join("server.log").display().to_string();
@@ -92,6 +98,25 @@ impl PgCluster {
     /// A fast shutdown: connections are terminated, as in a real outage or restart.
     pub fn stop_server(&self) {
         self.run_owned(&["pg_ctl", "-D", &self.data_dir(), "-m", "fast", "-w", "stop"]);
+    }
+
+    /// `pg_ctl stop -m immediate`: every server process is killed without a checkpoint,
+    /// as in a crash of PostgreSQL; the next `start_server` recovers from the WAL.
+    pub fn crash(&self) {
+        self.run_owned(&[
+            "pg_ctl",
+            "-D",
+            &self.data_dir(),
+            "-m",
+            "immediate",
+            "-w",
+            "stop",
+        ]);
+    }
+
+    /// The server's log (crash recovery shows here).
+    pub fn server_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 }
 

@@ -6,6 +6,7 @@ pub mod api;
 pub mod binaries;
 pub mod cluster;
 pub mod db;
+pub mod faketime;
 pub mod kinds;
 pub mod localstripe;
 pub mod mcp;
