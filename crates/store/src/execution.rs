@@ -45,7 +45,12 @@ WITH due AS (
     JOIN operations op ON op.operation_id = o.operation_id
     WHERE o.available_at <= now()
       AND (o.claimed_until IS NULL OR o.claimed_until < now())
-      AND op.status IN ('PENDING', 'IN_PROGRESS')
+    -- No condition on op.status here: an outbox event exists only while its operation
+    -- is PENDING or IN_PROGRESS (every other transition deletes it in its own
+    -- statement), and with one the planner, which rightly believes few operations are
+    -- unsettled, hashes all of them and sorts the whole backlog on every claim (15 ms
+    -- with 15,000 queued) instead of walking the due index for the first few. The
+    -- update of the operation checks the status.
     ORDER BY o.available_at, o.event_id
     LIMIT $3
     -- Both rows, skipping any a worker is writing: every other writer locks the
@@ -68,7 +73,7 @@ WITH due AS (
         attempts = op.attempts + 1,
         updated_at = now()
     FROM events e
-    WHERE op.operation_id = e.operation_id
+    WHERE op.operation_id = e.operation_id AND op.status IN ('PENDING', 'IN_PROGRESS')
     RETURNING op.operation_id, op.agent_id, op.operation_type, op.provider, op.fencing_token,
               e.previous_status, op.attempts, op.retry_count, op.request_payload, op.amount,
               op.currency, op.provider_reference, op.trace_context

@@ -28,17 +28,57 @@ impl Store {
         // connection goes back to the pool.
         client.batch_execute("SET statement_timeout = 0").await?;
         client.execute(TAKE_LOCK, &[&MIGRATION_LOCK_ID]).await?;
-        let client_ref: &mut tokio_postgres::Client = &mut client;
+        let outcome = run_retrying_lock_races(&mut client, target).await;
+        client.execute(RELEASE_LOCK, &[&MIGRATION_LOCK_ID]).await?;
+        client.batch_execute("RESET statement_timeout").await?;
+        outcome
+    }
+}
+
+/// How many times a migration that lost a lock race with running services is tried.
+const MIGRATION_ATTEMPTS: u32 = 5;
+
+/// Runs the pending migrations; one that PostgreSQL chose as a deadlock victim (a
+/// migration that alters two tables can meet a running statement that locks them in
+/// the other order: V13 does) was rolled back whole, and is run again after a pause.
+async fn run_retrying_lock_races(
+    client: &mut tokio_postgres::Client,
+    target: Option<u32>,
+) -> Result<usize, StoreError> {
+    let mut applied = 0;
+    let mut attempt = 1;
+    loop {
         let runner = match target {
             Some(version) => migrations::runner().set_target(refinery::Target::Version(version)),
             None => migrations::runner(),
         };
-        let outcome = runner.run_async(client_ref).await;
-        client.execute(RELEASE_LOCK, &[&MIGRATION_LOCK_ID]).await?;
-        client.batch_execute("RESET statement_timeout").await?;
-        let report = outcome.map_err(|e| StoreError::Migration(with_causes(&e)))?;
-        Ok(report.applied_migrations().len())
+        match runner.run_async(client).await {
+            Ok(report) => return Ok(applied + report.applied_migrations().len()),
+            Err(error) if attempt < MIGRATION_ATTEMPTS && lost_lock_race(&error) => {
+                applied += error.report().map_or(0, |r| r.applied_migrations().len());
+                tracing::warn!(attempt, "a migration lost a lock race with a running statement and was rolled back; running it again");
+                tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(attempt)))
+                    .await;
+                attempt += 1;
+            }
+            Err(error) => return Err(StoreError::Migration(with_causes(&error))),
+        }
     }
+}
+
+/// A deadlock (40P01) or a lock wait cut short (55P03) somewhere in the error's causes.
+fn lost_lock_race(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(cause) = source {
+        if let Some(code) = cause
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::code)
+        {
+            return matches!(code.code(), "40P01" | "55P03");
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// The error and what caused it: refinery's own message ends in the driver's "db

@@ -21,13 +21,25 @@ use crate::pool::Store;
 /// Names opgate's rotation lock (transaction-scoped).
 const ROTATION_LOCK_ID: i64 = 0x6f70_6f75_7462;
 
-/// Partitions other than the current one that have anything in them, live or dead.
+/// Partitions other than the current one worth rotating: not empty on disk, and
+/// either holding few live events (cheap to move) or at least half as many dead rows
+/// as live ones. Copying a large backlog to shed a few dead rows would cost more than
+/// the claims save, so such a partition waits until its drain has left enough behind;
+/// every dead row removed then costs at most two copies. The counts are the statistics
+/// collector's estimates: they decide only when a partition rotates, never whether
+/// anything is kept.
 const STALE_PARTITIONS: &str = "
-SELECT (SELECT relname::text FROM pg_class WHERE oid = relid) FROM pg_partition_tree('outbox')
-WHERE isleaf
-  AND relid <> format('outbox_s%s', outbox_current_slot())::regclass
-  AND pg_relation_size(relid) > 0
+SELECT c.relname::text FROM pg_partition_tree('outbox') p
+JOIN pg_class c ON c.oid = p.relid
+LEFT JOIN pg_stat_user_tables s ON s.relid = p.relid
+WHERE p.isleaf
+  AND c.relname <> format('outbox_s%s', outbox_current_slot())
+  AND pg_relation_size(p.relid) > 0
+  AND (COALESCE(s.n_live_tup, 0) <= $1 OR COALESCE(s.n_dead_tup, 0) * 2 >= s.n_live_tup)
 ORDER BY 1";
+
+/// Up to this many live events, a partition is rotated whatever its dead rows.
+const CHEAP_TO_MOVE: i64 = 1000;
 
 /// A backend whose transaction has been open for over a second and holds a lock on
 /// the partition (a session that read the outbox and went idle, say). Waiting for it
@@ -57,7 +69,7 @@ pub struct OutboxRotation {
 }
 
 impl Store {
-    /// Rotates every partition that is not the current one and is not empty.
+    /// Rotates every partition that is not the current one and is worth rotating.
     /// `lock_timeout` bounds how long claims and completions queue behind a rotation
     /// that waits for its lock.
     pub async fn rotate_outbox(
@@ -66,7 +78,7 @@ impl Store {
     ) -> Result<OutboxRotation, StoreError> {
         let mut client = self.client().await?;
         let stale: Vec<String> = client
-            .query(STALE_PARTITIONS, &[])
+            .query(STALE_PARTITIONS, &[&CHEAP_TO_MOVE])
             .await?
             .iter()
             .map(|row| row.get(0))
