@@ -143,7 +143,10 @@ async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>)
                 }
             }
         };
-        let drained = claimed.len() < wanted;
+        // Only an empty claim means the outbox is drained: a short one may have skipped
+        // rows other claims held, or met the end of a batch, and waiting for the poll
+        // interval then would leave due events waiting too.
+        let drained = claimed.is_empty();
         for (op, slot) in claimed.into_iter().zip(slots.drain(..)) {
             dispatch.start(op, slot);
         }

@@ -40,7 +40,7 @@ pub struct ClaimedOperation {
 
 pub(crate) const CLAIM_DUE: &str = "
 WITH due AS (
-    SELECT o.event_id, o.slot, o.operation_id, op.status AS previous_status
+    SELECT o.event_id, o.operation_id, op.status AS previous_status
     FROM outbox o
     JOIN operations op ON op.operation_id = o.operation_id
     WHERE o.available_at <= now()
@@ -61,9 +61,11 @@ WITH due AS (
     SET claimed_by = $1,
         claimed_until = now() + $2::float8 * interval '1 millisecond',
         attempts = o.attempts + 1
-    FROM due
-    WHERE o.event_id = due.event_id AND o.slot = due.slot
-    RETURNING o.operation_id, due.previous_status
+    -- Arrays, not joins, name the rows to update: the executor's prepared statement
+    -- runs a generic plan, which guesses a hundred claimed rows and then hashes the
+    -- whole outbox, or every unsettled operation, to join them.
+    WHERE o.event_id = ANY (ARRAY(SELECT event_id FROM due))
+    RETURNING o.operation_id
 ), claimed AS (
     UPDATE operations op
     SET status = 'IN_PROGRESS',
@@ -72,10 +74,11 @@ WITH due AS (
         lease_expires_at = now() + $2::float8 * interval '1 millisecond',
         attempts = op.attempts + 1,
         updated_at = now()
-    FROM events e
-    WHERE op.operation_id = e.operation_id AND op.status IN ('PENDING', 'IN_PROGRESS')
+    FROM due d
+    WHERE op.operation_id = ANY (ARRAY(SELECT operation_id FROM events))
+      AND op.operation_id = d.operation_id AND op.status IN ('PENDING', 'IN_PROGRESS')
     RETURNING op.operation_id, op.agent_id, op.operation_type, op.provider, op.fencing_token,
-              e.previous_status, op.attempts, op.retry_count, op.request_payload, op.amount,
+              d.previous_status, op.attempts, op.retry_count, op.request_payload, op.amount,
               op.currency, op.provider_reference, op.trace_context
 ), audit AS (
     INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
