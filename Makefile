@@ -8,7 +8,7 @@ WITH_PG := scripts/with-postgres.sh
 TEST_PG_SETTINGS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 
 .PHONY: build test python-tools deploy-tools deploy-check readme-check up down mutants \
-	run lint fmt clean-pg bench bench-quick bench-telemetry
+	run lint fmt clean-pg bench bench-quick bench-queue-health bench-telemetry
 
 build:
 	$(CARGO) build --workspace --bins
@@ -67,6 +67,12 @@ bench:
 bench-quick:
 	$(CARGO) build --release --workspace --bins
 	$(WITH_PG) bench/run.sh quick
+
+## bench-queue-health: the drain with and without a held snapshot, default and tuned
+## flags (~3 min; make bench runs it too).
+bench-queue-health:
+	$(CARGO) build --release --workspace --bins
+	$(WITH_PG) bench/queue-health.sh 15000
 
 ## bench-telemetry: what OTLP export costs intake, as a ratio to OTEL_* unset (needs wrk).
 bench-telemetry:

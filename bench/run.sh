@@ -14,31 +14,14 @@ out="$root/target/bench"
 mkdir -p "$out"
 : "${DATABASE_URL:?run through make bench}"
 case "$mode" in
-  quick) dur=3; warm=1; drain_n=2000; wait_dur=3; growth="250000" ;;
-  full) dur=15; warm=3; drain_n=20000; wait_dur=15; growth="1000000 10000000" ;;
+  quick) dur=3; warm=1; drain_n=2000; health_n=5000; wait_dur=3; growth="250000" ;;
+  full) dur=15; warm=3; drain_n=20000; health_n=15000; wait_dur=15; growth="1000000 10000000" ;;
   *) echo "usage: $0 quick|full" >&2; exit 2 ;;
 esac
 
-# Services are started inside $(...) subshells, so their pids are kept in files.
+source "$root/bench/lib.sh"
 rm -f "$out"/*.pid
-cleanup() {
-  local f; for f in "$out"/*.pid; do [ -e "$f" ] && { kill "$(cat "$f")" 2>/dev/null || true; }; done
-  wait 2>/dev/null || true
-}
 trap cleanup EXIT
-log() { printf '%s bench: %s\n' "$(date +%T)" "$*" >&2; }
-sql() { psql "$DATABASE_URL" -X -qtA -c "$1"; }
-
-# start NAME CMD...: runs a service, waits for its ready line, prints it.
-start() {
-  local name=$1; shift
-  "$@" >"$out/$name.out" 2>"$out/$name.log" &
-  echo $! >"$out/$name.pid"
-  for _ in $(seq 200); do [ -s "$out/$name.out" ] && break; sleep 0.05; done
-  head -1 "$out/$name.out"
-}
-stop() { local pid; pid=$(cat "$out/$1.pid"); kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-peak_rss_mib() { awk '/VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$(cat "$out/$1.pid")/status"; }
 
 # pgbench_run NAME CLIENTS SCRIPT: tps, p50 and p99 (ms) from the per-transaction log.
 pgbench_run() {
@@ -120,12 +103,6 @@ record "{\"scenario\": \"intake_replay\", \"clients\": 32, \"opgate\": $opgate_j
 intake_rss=$(peak_rss_mib intake)
 
 # Executor drain: a pre-filled outbox, provider-sim answering at once.
-prefill_outbox() { # empties the outbox, registers drain_n operations; prints their count
-  sql "DELETE FROM outbox" >/dev/null
-  sql "VACUUM ANALYZE outbox, operations" >/dev/null
-  (cd "$out" && pgbench -n -M prepared -c 8 -j 2 -t $((drain_n / 8)) -f "$out/register-new.sql" "$DATABASE_URL" >/dev/null 2>&1)
-  sql "SELECT count(*) FROM outbox"
-}
 drain() { # drain EXECUTORS BATCH GROUP_COMMIT CLAIMERS
   local executors=$1 batch=$2 group_commit=$3 claimers=${4:-4}
   local pending; pending=$(prefill_outbox)
@@ -134,7 +111,7 @@ drain() { # drain EXECUTORS BATCH GROUP_COMMIT CLAIMERS
     start "executor-$i" env RUST_LOG=warn "$bin/executor" --provider-url "$sim_url" --concurrency 256 \
       --batch-size "$batch" --group-commit "$group_commit" --claimers "$claimers" --poll-interval 100ms >/dev/null
   done
-  until [ "$(sql "SELECT count(*) FROM outbox")" = 0 ]; do sleep 0.05; done
+  until_drained
   local finished; finished=$(date +%s.%N)
   peak_rss_mib executor-1 >"$out/executor.rss"
   for i in $(seq "$executors"); do stop "executor-$i"; done
@@ -145,6 +122,10 @@ for config in "1 32 true" "2 32 true" "1 8 true" "1 8 true 1" "1 1 true" "1 32 f
   log "executor drain, executors/batch/group commit/claimers $config"
   record "$(drain $config)"
 done
+
+# Queue health: the default flags beside tuned ones, free and behind a held snapshot.
+SIM_URL=$sim_url "$root/bench/queue-health.sh" "$health_n" "$bin" >"$out/queue-health.jsonl"
+while read -r line; do record "$line"; done <"$out/queue-health.jsonl"
 
 # The drain's pair: pgbench running the executor's own claim (of BATCH events) and its
 # fenced multi-row completion of them, one transaction, 8 clients; timed like the

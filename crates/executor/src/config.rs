@@ -31,8 +31,8 @@ pub struct Config {
     #[arg(long, env = "PROVIDER_URL", default_value = "http://127.0.0.1:9090")]
     pub provider_url: String,
 
-    /// Operations executed at once by this process.
-    #[arg(long, env = "EXECUTOR_CONCURRENCY", default_value_t = 16)]
+    /// Operations executed at once by this process (256: the fastest drain measured on 2 cores, docs/benchmarks.md).
+    #[arg(long, env = "EXECUTOR_CONCURRENCY", default_value_t = 256)]
     pub concurrency: usize,
 
     /// Outbox events claimed per query (at most the free concurrency).
