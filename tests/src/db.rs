@@ -30,6 +30,25 @@ pub fn with_database(url: &str, database: &str) -> String {
     format!("{server}/{database}{query}")
 }
 
+/// A new database on the shared server with nothing in it (no migrations): for tests
+/// that migrate it themselves, to an older version first. Returns its URL.
+pub async fn empty_database() -> String {
+    empty_database_on(&admin_url()).await
+}
+
+async fn empty_database_on(admin_url: &str) -> String {
+    let name = format!("opgate_test_{}", uuid::Uuid::new_v4().simple());
+    let (client, connection) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test server");
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("create test database");
+    with_database(admin_url, &name)
+}
+
 impl TestDb {
     /// Creates an empty database on the shared server and migrates it with the real
     /// `opgate migrate`.
@@ -38,16 +57,7 @@ impl TestDb {
     }
 
     pub async fn create_on(admin_url: &str) -> Self {
-        let name = format!("opgate_test_{}", uuid::Uuid::new_v4().simple());
-        let (client, connection) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls)
-            .await
-            .expect("connect to the test server");
-        tokio::spawn(connection);
-        client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .expect("create test database");
-        let url = with_database(admin_url, &name);
+        let url = empty_database_on(admin_url).await;
         opgate(&url, &["migrate"]).success();
         let store = Store::connect(&url, &PoolSettings::default()).expect("pool");
         Self { url, store }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use opgate_e2e::api::payment_body;
 use opgate_e2e::binaries::opgate_program;
-use opgate_e2e::db::{admin_url, with_database};
+use opgate_e2e::db::empty_database;
 use opgate_e2e::{eventually, opgate, Executor, Intake, ProviderSim};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
@@ -55,7 +55,7 @@ WHERE o.status IN ('PENDING', 'IN_PROGRESS')
 async fn the_previous_release_keeps_working_while_the_new_migrations_apply() {
     let started = Instant::now();
     let old = previous_release();
-    let url = fresh_database().await;
+    let url = empty_database().await;
     let old_opgate = old.join("opgate");
     opgate_program(&old_opgate, &url, &["migrate"]).success();
     let sql = connect(&url).await;
@@ -293,18 +293,6 @@ fn previous_release() -> PathBuf {
         );
     }
     dir
-}
-
-/// An empty database on the shared server (no migrations: the old release writes them).
-async fn fresh_database() -> String {
-    let admin = admin_url();
-    let name = format!("opgate_test_{}", Uuid::new_v4().simple());
-    connect(&admin)
-        .await
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .expect("create the database");
-    with_database(&admin, &name)
 }
 
 async fn connect(url: &str) -> tokio_postgres::Client {

@@ -4,7 +4,7 @@
 //! be refunded. Real `opgate migrate`, real intake, real PostgreSQL.
 
 use opgate_domain::{ApiKey, KeyKind, PaymentRequest};
-use opgate_e2e::db::{admin_url, with_database};
+use opgate_e2e::db::empty_database;
 use opgate_e2e::{opgate, Intake};
 use uuid::Uuid;
 
@@ -22,17 +22,7 @@ VALUES ($1, 'legacy', 'invoice-1-payment', 'payment', 'cus_1', $2, $3, 'SUCCEEDE
 
 #[tokio::test]
 async fn a_payment_from_before_kinds_keeps_its_hash_replays_and_can_be_refunded() {
-    let admin = admin_url();
-    let name = format!("opgate_test_{}", Uuid::new_v4().simple());
-    let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let url = with_database(&admin, &name);
+    let url = empty_database().await;
 
     opgate(&url, &["migrate", "--to", "4"]).success();
     let (db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use opgate_e2e::db::{admin_url, register_payment, with_database};
+use opgate_e2e::db::{empty_database, register_payment};
 use opgate_e2e::{eventually, opgate, Executor, Stack};
 use uuid::Uuid;
 
@@ -187,17 +187,7 @@ async fn a_session_that_read_the_outbox_postpones_the_rotation_and_is_named() {
 
 #[tokio::test]
 async fn an_upgrade_keeps_every_pending_event_and_its_id() {
-    let admin = admin_url();
-    let name = format!("opgate_test_{}", Uuid::new_v4().simple());
-    let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let url = with_database(&admin, &name);
+    let url = empty_database().await;
     opgate(&url, &["migrate", "--to", "12"]).success();
     opgate(&url, &["agents", "create", "agent"]).success();
     let store = opgate_store::Store::connect(&url, &Default::default()).unwrap();
