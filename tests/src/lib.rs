@@ -2,6 +2,7 @@
 //! that `DATABASE_URL` names (the Makefile starts a throwaway one), private clusters for
 //! tests that stop the database, and the real binaries started as child processes.
 
+pub mod agent_load;
 pub mod api;
 pub mod binaries;
 pub mod cluster;

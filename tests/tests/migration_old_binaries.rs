@@ -14,15 +14,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use opgate_e2e::api::payment_body;
+use opgate_e2e::agent_load::{assert_charged_once_each, send_payment, stored_ids, AgentLoad};
 use opgate_e2e::binaries::opgate_program;
 use opgate_e2e::db::empty_database;
 use opgate_e2e::{eventually, opgate, Executor, Intake, ProviderSim};
-use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 const SCRIPT: &str = concat!(
@@ -77,11 +74,17 @@ async fn the_previous_release_keeps_working_while_the_new_migrations_apply() {
             .await;
     let old_owner = old_executor.owner().to_owned();
 
-    let load = Load::start(&old_intake.base_url, &key);
+    let load = AgentLoad::start(
+        &old_intake.base_url,
+        &key,
+        "upgrade",
+        CLIENTS,
+        MAX_KEYS_PER_CLIENT,
+    );
     load.wait_acked(ACKED_PER_PHASE).await;
 
     // The new release's migrations, under load.
-    load.phase.store(MIGRATING, Ordering::SeqCst);
+    load.set_phase(MIGRATING);
     let migrate_url = url.clone();
     let migrating = Instant::now();
     let migrated = tokio::task::spawn_blocking(move || opgate(&migrate_url, &["migrate"]))
@@ -89,7 +92,7 @@ async fn the_previous_release_keeps_working_while_the_new_migrations_apply() {
         .unwrap()
         .success();
     let migration_took = migrating.elapsed();
-    load.phase.store(MIGRATED, Ordering::SeqCst);
+    load.set_phase(MIGRATED);
     let migrated_at = timestamp(&sql).await;
     let new_version = schema_version(&sql).await;
     println!(
@@ -99,8 +102,7 @@ async fn the_previous_release_keeps_working_while_the_new_migrations_apply() {
     );
 
     // The old binaries on the new schema: registrations answered, and executed.
-    load.wait_acked(load.acked.load(Ordering::SeqCst) + ACKED_PER_PHASE)
-        .await;
+    load.wait_acked(load.acked() + ACKED_PER_PHASE).await;
     eventually(
         Duration::from_secs(60),
         "the old executor to finish operations registered after the migration",
@@ -124,8 +126,8 @@ async fn the_previous_release_keeps_working_while_the_new_migrations_apply() {
     // to the new intake, and the old binaries stop.
     let new_intake = Intake::start(&url).await;
     let new_executor = Executor::start(&url, &sim.base_url, &[]).await;
-    load.phase.store(REPLACED, Ordering::SeqCst);
-    *load.base.write().unwrap() = new_intake.base_url.clone();
+    load.set_phase(REPLACED);
+    load.set_base(&new_intake.base_url);
     // Their logs up to now: what they say while shutting down (connections closed
     // under the pool) is not about the schema.
     let old_logs = [
@@ -136,8 +138,7 @@ async fn the_previous_release_keeps_working_while_the_new_migrations_apply() {
     assert!(stopped.success(), "the old intake exited with {stopped}");
     let stopped = old_executor.service.terminate().await;
     assert!(stopped.success(), "the old executor exited with {stopped}");
-    load.wait_acked(load.acked.load(Ordering::SeqCst) + ACKED_PER_PHASE)
-        .await;
+    load.wait_acked(load.acked() + ACKED_PER_PHASE).await;
     let sent = load.stop().await;
 
     // What agents saw, by phase.
@@ -188,7 +189,11 @@ async fn the_previous_release_keeps_working_while_the_new_migrations_apply() {
                 eventually(
                     Duration::from_secs(30),
                     &format!("{} to be answered 2xx", s.key),
-                    || async { send(&client, &new_intake.base_url, &key, &s.key).await.1 },
+                    || async {
+                        send_payment(&client, &new_intake.base_url, &key, "cus_upgrade", &s.key)
+                            .await
+                            .operation_id
+                    },
                 )
                 .await
             }
@@ -226,35 +231,8 @@ async fn the_previous_release_keeps_working_while_the_new_migrations_apply() {
         "every payment succeeds"
     );
     let ledger = sim.ledger().await;
+    assert_charged_once_each(&ledger, &stored);
     let charges = ledger["charges"].as_array().expect("charges");
-    let mut per_key: HashMap<&str, usize> = HashMap::new();
-    let mut per_invoice: HashMap<&str, usize> = HashMap::new();
-    for charge in charges {
-        *per_key
-            .entry(charge["idempotency_key"].as_str().unwrap_or_default())
-            .or_default() += 1;
-        *per_invoice
-            .entry(charge["invoice_id"].as_str().unwrap_or_default())
-            .or_default() += 1;
-    }
-    let not_once: Vec<_> = stored
-        .iter()
-        .filter_map(|(key, id)| {
-            let under_key = per_key.get(format!("opgate-{id}").as_str()).copied();
-            let for_invoice = per_invoice.get(format!("inv-{key}").as_str()).copied();
-            (under_key != Some(1) || for_invoice != Some(1))
-                .then(|| format!("{key}: {under_key:?}/{for_invoice:?}"))
-        })
-        .collect();
-    assert!(
-        not_once.is_empty(),
-        "operations not charged exactly once (under its key / for its invoice): {not_once:?}"
-    );
-    assert_eq!(
-        charges.len(),
-        stored.len(),
-        "charges beside the operations'"
-    );
     let by_old_executor: i64 = sql
         .query_one(
             "SELECT count(*) FROM operation_events WHERE actor = $1 AND to_status = 'SUCCEEDED'",
@@ -328,16 +306,6 @@ async fn status_counts(sql: &tokio_postgres::Client) -> BTreeMap<String, i64> {
     .collect()
 }
 
-/// Every operation's id by its idempotency key.
-async fn stored_ids(sql: &tokio_postgres::Client) -> HashMap<String, Uuid> {
-    sql.query("SELECT idempotency_key, operation_id FROM operations", &[])
-        .await
-        .expect("read operations")
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect()
-}
-
 /// A registration's transaction can deadlock with a migration that locks `outbox`
 /// before `operations` (the registration locks them the other way round): PostgreSQL
 /// aborts one of the two, and the store runs a registration chosen as the victim again,
@@ -357,113 +325,4 @@ fn complaints(log: &str) -> Vec<String> {
         })
         .map(str::to_owned)
         .collect()
-}
-
-/// Sends the payment for `key` (invoice `inv-<key>`): the status (0 when nothing
-/// answered) and, on a 2xx, the operation id.
-async fn send(
-    client: &reqwest::Client,
-    base: &str,
-    agent_key: &str,
-    key: &str,
-) -> (u16, Option<Uuid>) {
-    let body = payment_body("cus_upgrade", &format!("inv-{key}"), "10.00");
-    let request = client
-        .post(format!("{base}/agent/operations/payment"))
-        .bearer_auth(agent_key)
-        .header("Idempotency-Key", key)
-        .json(&body);
-    let Ok(response) = request.send().await else {
-        return (0, None);
-    };
-    let status = response.status().as_u16();
-    let body: serde_json::Value = response.json().await.unwrap_or_default();
-    let id = (200..300)
-        .contains(&status)
-        .then(|| body["operation_id"].as_str()?.parse().ok())
-        .flatten();
-    (status, id)
-}
-
-/// One key a client sent, and how its first request was answered.
-struct Sent {
-    key: String,
-    phase: u8,
-    status: u16,
-    operation_id: Option<Uuid>,
-}
-
-/// Agents registering payments under new keys, one request at a time each, at the
-/// intake `base` names (the test moves them to the new intake).
-struct Load {
-    base: Arc<RwLock<String>>,
-    phase: Arc<AtomicU8>,
-    acked: Arc<AtomicUsize>,
-    clients: Vec<JoinHandle<Vec<Sent>>>,
-}
-
-impl Load {
-    fn start(base: &str, agent_key: &str) -> Self {
-        let base = Arc::new(RwLock::new(base.to_owned()));
-        let phase = Arc::new(AtomicU8::new(OLD));
-        let acked = Arc::new(AtomicUsize::new(0));
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(15))
-            .build()
-            .unwrap();
-        let clients = (0..CLIENTS)
-            .map(|n| {
-                let (http, agent_key) = (http.clone(), agent_key.to_owned());
-                let (base, phase, acked) = (base.clone(), phase.clone(), acked.clone());
-                tokio::spawn(async move {
-                    let mut sent = Vec::new();
-                    for i in 0..MAX_KEYS_PER_CLIENT {
-                        let at = phase.load(Ordering::SeqCst);
-                        if at > REPLACED {
-                            break;
-                        }
-                        let key = format!("upgrade-{n}-{i}");
-                        let url = base.read().unwrap().clone();
-                        let (status, operation_id) = send(&http, &url, &agent_key, &key).await;
-                        if operation_id.is_some() {
-                            acked.fetch_add(1, Ordering::SeqCst);
-                        } else {
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                        }
-                        sent.push(Sent {
-                            key,
-                            phase: at,
-                            status,
-                            operation_id,
-                        });
-                    }
-                    sent
-                })
-            })
-            .collect();
-        Self {
-            base,
-            phase,
-            acked,
-            clients,
-        }
-    }
-
-    async fn wait_acked(&self, count: usize) {
-        eventually(
-            Duration::from_secs(60),
-            &format!("{count} registrations answered 2xx"),
-            || async { (self.acked.load(Ordering::SeqCst) >= count).then_some(()) },
-        )
-        .await;
-    }
-
-    async fn stop(self) -> Vec<Sent> {
-        self.phase.store(REPLACED + 1, Ordering::SeqCst);
-        let mut sent = Vec::new();
-        for client in self.clients {
-            sent.extend(client.await.expect("client task"));
-        }
-        sent
-    }
 }
