@@ -47,7 +47,7 @@ release_snapshot() {
 }
 # The outbox on disk, heap and indexes: what the drain left behind.
 outbox_kib() {
-  sql "SELECT COALESCE(sum(pg_total_relation_size(relid)), 0) / 1024 FROM pg_partition_tree('outbox') WHERE isleaf"
+  sql "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0) / 1024 FROM pg_class c WHERE c.oid = 'outbox'::regclass OR c.oid IN (SELECT relid FROM pg_partition_tree('outbox'))"
 }
 
 # drain_once LABEL held|free EXECUTOR_FLAGS...

@@ -222,3 +222,61 @@ async fn a_taken_key_is_a_replay_or_reused_for_a_budgeted_registration() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_claim_from_a_cursor_starts_there_and_a_full_claim_finds_what_came_due_before_it() {
+    let db = TestDb::create().await;
+    db.create_agent(AGENT, &[]);
+    let lease = Duration::from_secs(30);
+    let mut ids = Vec::new();
+    for key in ["cursor-a", "cursor-b", "cursor-c", "cursor-d"] {
+        ids.push(register(&db, key).await);
+    }
+    let (a, b, c, d) = (ids[0], ids[1], ids[2], ids[3]);
+    let claimed = |ops: &[opgate_store::ClaimedOperation]| -> Vec<Uuid> {
+        ops.iter().map(|op| op.operation_id).collect()
+    };
+
+    let first = db
+        .store
+        .claim_due_operations("claimer", lease, 1)
+        .await
+        .unwrap();
+    assert_eq!(claimed(&first), [a]);
+    let second = db
+        .store
+        .claim_due_operations_from("claimer", lease, 1, first[0].position)
+        .await
+        .unwrap();
+    assert_eq!(claimed(&second), [b]);
+    assert!(
+        second[0].position > first[0].position,
+        "positions follow the claim order"
+    );
+    // a's lease ends at once: a is due again, before the cursor.
+    db.sql()
+        .await
+        .execute(
+            "UPDATE outbox SET claimed_until = now() - interval '1 second' WHERE operation_id = $1",
+            &[&a],
+        )
+        .await
+        .unwrap();
+
+    let third = db
+        .store
+        .claim_due_operations_from("claimer", lease, 1, second[0].position)
+        .await
+        .unwrap();
+    assert_eq!(claimed(&third), [c], "a claim from the cursor starts there");
+    let full = db
+        .store
+        .claim_due_operations("claimer", lease, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed(&full).into_iter().collect::<HashSet<_>>(),
+        HashSet::from([a, d]),
+        "a full claim finds a again, and d"
+    );
+}

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use opgate_provider::Providers;
-use opgate_store::{spawn_listener, ClaimedOperation, Store, OUTBOX_CHANNEL};
+use opgate_store::{spawn_listener, ClaimCursor, ClaimedOperation, Store, OUTBOX_CHANNEL};
 use opgate_telemetry::metrics;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -104,6 +104,7 @@ pub async fn run(
 async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>) {
     let config = &dispatch.config;
     let mut claim_failures = 0u32;
+    let mut cursor = ClaimStart::default();
     loop {
         let first_slot = tokio::select! {
             slot = dispatch.slots.clone().acquire_owned() => slot.expect("semaphore never closes"),
@@ -120,10 +121,20 @@ async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>)
         }
         let wanted = slots.len();
         let started = Instant::now();
-        let claim = dispatch
-            .store
-            .claim_due_operations(&dispatch.owner, config.lease, wanted as i64)
-            .await;
+        let from = cursor.next();
+        let (store, owner) = (&dispatch.store, dispatch.owner.as_str());
+        let claim = match from {
+            Some(from) => {
+                store
+                    .claim_due_operations_from(owner, config.lease, wanted as i64, from)
+                    .await
+            }
+            None => {
+                store
+                    .claim_due_operations(owner, config.lease, wanted as i64)
+                    .await
+            }
+        };
         // Every claim, empty and failed ones too: an empty claim still walks past every
         // dead tuple the outbox holds.
         metrics().claim("executor", started.elapsed().as_secs_f64());
@@ -146,7 +157,8 @@ async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>)
         // Only an empty claim means the outbox is drained: a short one may have skipped
         // rows other claims held, or met the end of a batch, and waiting for the poll
         // interval then would leave due events waiting too.
-        let drained = claimed.is_empty();
+        cursor.claimed(claimed.iter().map(|op| op.position).min());
+        let drained = claimed.is_empty() && from.is_none();
         for (op, slot) in claimed.into_iter().zip(slots.drain(..)) {
             dispatch.start(op, slot);
         }
@@ -161,6 +173,38 @@ async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>)
             // More is due: a sleeping loop can claim beside this one.
             dispatch.wake.notify_one();
         }
+    }
+}
+
+/// Where a claim loop's next claim starts: after the first event its last claim took
+/// (`ClaimCursor`), and from the beginning at least every `FULL_CLAIM_EVERY` and after
+/// a claim from the cursor found nothing, so that events due again before the cursor
+/// (a lease that expired) wait at most that long.
+#[derive(Default)]
+struct ClaimStart {
+    cursor: Option<ClaimCursor>,
+    last_full: Option<Instant>,
+}
+
+const FULL_CLAIM_EVERY: Duration = Duration::from_secs(1);
+
+impl ClaimStart {
+    fn next(&mut self) -> Option<ClaimCursor> {
+        let fresh = self
+            .last_full
+            .is_some_and(|at| at.elapsed() < FULL_CLAIM_EVERY);
+        match self.cursor {
+            Some(cursor) if fresh => Some(cursor),
+            _ => {
+                self.last_full = Some(Instant::now());
+                None
+            }
+        }
+    }
+
+    /// `first`: the earliest position the claim took, `None` when it took nothing.
+    fn claimed(&mut self, first: Option<ClaimCursor>) {
+        self.cursor = first;
     }
 }
 

@@ -3,7 +3,8 @@
 //! Every write after the claim carries `fencing_token = $mine AND status = 'IN_PROGRESS'`; zero rows
 //! affected means the lease was lost and nothing was applied.
 
-use std::time::Duration;
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime};
 
 use opgate_domain::OperationStatus;
 use rust_decimal::Decimal;
@@ -36,11 +37,25 @@ pub struct ClaimedOperation {
     /// Known when an earlier attempt learnt it (a pending answer, say).
     pub provider_reference: Option<String>,
     pub trace_context: Option<String>,
+    /// Where its event stood in the claim order (`ClaimCursor`).
+    pub position: ClaimCursor,
+}
+
+/// A position in the claim order (due time, then event id). Every event before the
+/// first one a claim took was claimed, locked by another claim or finished when it
+/// ran, so the next claim may start there instead of walking past them again: behind
+/// a snapshot that stops VACUUM, the finished ones are dead rows it would visit one by
+/// one. Only a hint: an event can become due again before it (its lease expired), so
+/// the executor still claims from the start every so often.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ClaimCursor {
+    pub available_at: SystemTime,
+    pub event_id: i64,
 }
 
 pub(crate) const CLAIM_DUE: &str = "
 WITH due AS (
-    SELECT o.event_id, o.operation_id, op.status AS previous_status
+    SELECT o.event_id, o.available_at, o.operation_id, op.status AS previous_status
     FROM outbox o
     JOIN operations op ON op.operation_id = o.operation_id
     WHERE o.available_at <= now()
@@ -79,7 +94,8 @@ WITH due AS (
       AND op.operation_id = d.operation_id AND op.status IN ('PENDING', 'IN_PROGRESS')
     RETURNING op.operation_id, op.agent_id, op.operation_type, op.provider, op.fencing_token,
               d.previous_status, op.attempts, op.retry_count, op.request_payload, op.amount,
-              op.currency, op.provider_reference, op.trace_context
+              op.currency, op.provider_reference, op.trace_context,
+              d.available_at AS due_at, d.event_id
 ), audit AS (
     INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
     SELECT operation_id, agent_id, previous_status, 'IN_PROGRESS', $1,
@@ -88,6 +104,18 @@ WITH due AS (
     FROM claimed
 )
 SELECT * FROM claimed";
+
+/// `CLAIM_DUE` starting at a `ClaimCursor` (`$4`, `$5`): the row comparison is a
+/// condition on the due index, so the scan starts there.
+static CLAIM_DUE_FROM: LazyLock<String> = LazyLock::new(|| {
+    let from = "WHERE o.available_at <= now()\n      AND (o.available_at, o.event_id) >= ($4, $5)";
+    let claim = CLAIM_DUE.replacen("WHERE o.available_at <= now()", from, 1);
+    assert_ne!(
+        claim, CLAIM_DUE,
+        "CLAIM_DUE no longer starts its filter as expected"
+    );
+    claim
+});
 
 /// The last line of `CLAIM_DUE` (the pgbench pair aggregates it instead).
 pub(crate) const CLAIM_RESULT: &str = "SELECT * FROM claimed";
@@ -157,6 +185,29 @@ impl Store {
         let rows = client
             .query(&statement, &[&owner, &millis(lease), &batch])
             .await?;
+        rows.iter().map(claimed_from_row).collect()
+    }
+
+    /// `claim_due_operations`, considering only events at or after `from` in the
+    /// claim order.
+    #[tracing::instrument(level = "debug", name = "UPDATE outbox", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "outbox"))]
+    pub async fn claim_due_operations_from(
+        &self,
+        owner: &str,
+        lease: Duration,
+        batch: i64,
+        from: ClaimCursor,
+    ) -> Result<Vec<ClaimedOperation>, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&CLAIM_DUE_FROM).await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+            &owner,
+            &millis(lease),
+            &batch,
+            &from.available_at,
+            &from.event_id,
+        ];
+        let rows = client.query(&statement, &params).await?;
         rows.iter().map(claimed_from_row).collect()
     }
 
@@ -257,5 +308,9 @@ fn claimed_from_row(row: &Row) -> Result<ClaimedOperation, StoreError> {
         currency: row.get("currency"),
         provider_reference: row.get("provider_reference"),
         trace_context: row.get("trace_context"),
+        position: ClaimCursor {
+            available_at: row.get("due_at"),
+            event_id: row.get("event_id"),
+        },
     })
 }

@@ -34,7 +34,7 @@ pub use agents::{AgentRecord, AgentUpdate, NewAgent};
 pub use audit::{OperationEvent, PipelineCounts};
 pub use budgets::BudgetedRegistration;
 pub use error::StoreError;
-pub use execution::ClaimedOperation;
+pub use execution::{ClaimCursor, ClaimedOperation};
 pub use fenced::{FencedTransition, FencedWrite};
 pub use group_commit::GroupCommit;
 pub use notifications::{spawn_listener, Wakeup, OUTBOX_CHANNEL, SETTLED_CHANNEL};
