@@ -77,6 +77,14 @@ async fn a_forgotten_snapshot_claims_and_dead_tuples_show_on_metrics() {
     )
     .await;
     assert!(claims >= 1.0, "claims timed: {claims}");
+    // The reconciler's sweeps claim too (nothing is UNKNOWN: empty claims, timed).
+    let sweeps = metric(
+        reconciler.metrics_url(),
+        "opgate_claim_duration_seconds_count",
+        Some(("worker", "reconciler")),
+    )
+    .await;
+    assert!(sweeps >= 1.0, "reconciler claims timed: {sweeps}");
     let dead = sample(url, "opgate_outbox_dead_tuples").await;
     assert!(
         dead.is_some_and(|dead| dead >= 0.0),

@@ -43,14 +43,17 @@ impl Sweeper {
                 tracing::debug!(%error, "could not announce expired approvals; waiters poll");
             }
         }
-        let claimed = self
+        let started = std::time::Instant::now();
+        let claim = self
             .store
             .claim_due_reconciliations(
                 &self.owner,
                 self.lease,
                 self.batch_size.min(self.concurrency) as i64,
             )
-            .await?;
+            .await;
+        metrics().claim("reconciler", started.elapsed().as_secs_f64());
+        let claimed = claim?;
         let count = claimed.len();
         // Everything claimed runs at once, so every lookup ends inside its lease.
         let settled: Vec<_> =
