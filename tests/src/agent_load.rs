@@ -116,7 +116,10 @@ pub fn assert_charged_once_each(ledger: &serde_json::Value, stored: &HashMap<Str
 /// `<prefix>-<client>-<i>`, customer `cus_<prefix>`) to the intake `set_base` names last,
 /// backing off 100 ms after a request that got no 2xx.
 pub struct AgentLoad {
-    base: Arc<RwLock<String>>,
+    /// The intake to send to, and how many times it changed.
+    base: Arc<RwLock<(String, usize)>>,
+    /// The base change each client's latest request was sent after.
+    moved: Arc<Vec<AtomicUsize>>,
     phase: Arc<AtomicU8>,
     stop: Arc<AtomicBool>,
     acked: Arc<AtomicUsize>,
@@ -132,7 +135,12 @@ impl AgentLoad {
         clients: usize,
         keys_per_client: usize,
     ) -> Self {
-        let base = Arc::new(RwLock::new(base.to_owned()));
+        let base = Arc::new(RwLock::new((base.to_owned(), 0)));
+        let moved = Arc::new(
+            (0..clients)
+                .map(|_| AtomicUsize::new(0))
+                .collect::<Vec<_>>(),
+        );
         let phase = Arc::new(AtomicU8::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicUsize::new(0));
@@ -146,6 +154,7 @@ impl AgentLoad {
             .map(|n| {
                 let (http, agent_key) = (http.clone(), agent_key.to_owned());
                 let (base, phase, stop) = (base.clone(), phase.clone(), stop.clone());
+                let moved = moved.clone();
                 let (acked, failed) = (acked.clone(), failed.clone());
                 let (prefix, customer) = (prefix.to_owned(), customer.clone());
                 tokio::spawn(async move {
@@ -156,7 +165,8 @@ impl AgentLoad {
                         }
                         let key = format!("{prefix}-{n}-{i}");
                         let at = phase.load(Ordering::SeqCst);
-                        let url = base.read().unwrap().clone();
+                        let (url, generation) = base.read().unwrap().clone();
+                        moved[n].store(generation, Ordering::SeqCst);
                         let answer = send_payment(&http, &url, &agent_key, &customer, &key).await;
                         if answer.operation_id.is_some() {
                             acked.fetch_add(1, Ordering::SeqCst);
@@ -178,6 +188,7 @@ impl AgentLoad {
             .collect();
         Self {
             base,
+            moved,
             phase,
             stop,
             acked,
@@ -191,9 +202,27 @@ impl AgentLoad {
         self.phase.store(phase, Ordering::SeqCst);
     }
 
-    /// Requests sent from now on go to the intake at `base`.
-    pub fn set_base(&self, base: &str) {
-        *self.base.write().unwrap() = base.to_owned();
+    /// Requests sent from now on go to the intake at `base`; returns once every client
+    /// has sent one there, so that none is still waiting on the previous intake (which
+    /// may then be stopped).
+    pub async fn move_to(&self, base: &str) {
+        let generation = {
+            let mut current = self.base.write().unwrap();
+            *current = (base.to_owned(), current.1 + 1);
+            current.1
+        };
+        eventually(
+            Duration::from_secs(30),
+            "every client to send to the new intake",
+            || async {
+                let moved = self.moved.iter();
+                moved
+                    .map(|m| m.load(Ordering::SeqCst))
+                    .all(|m| m == generation)
+                    .then_some(())
+            },
+        )
+        .await;
     }
 
     /// Requests answered 2xx so far.

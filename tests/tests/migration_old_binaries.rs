@@ -127,7 +127,7 @@ async fn the_previous_release_keeps_working_while_the_new_migrations_apply() {
     let new_intake = Intake::start(&url).await;
     let new_executor = Executor::start(&url, &sim.base_url, &[]).await;
     load.set_phase(REPLACED);
-    load.set_base(&new_intake.base_url);
+    load.move_to(&new_intake.base_url).await;
     // Their logs up to now: what they say while shutting down (connections closed
     // under the pool) is not about the schema.
     let old_logs = [
