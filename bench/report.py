@@ -204,10 +204,11 @@ if pg_drain:
 if health:
     r_held = ratio(health_rate("defaults", "held"), health_rate("defaults", "free"))
     out.append(f"| drain behind a held snapshot ≥ 0.8 × without (default flags) | {'yes' if r_held >= 0.8 else '**no**'} | {r_held:.2f} × |")
-    tuned = [d["operations_per_s"] for d in drains if d["executors"] == 1] + [health_rate("tuned", "free")]
-    best_tuned = max(t for t in tuned if t == t)
+    # The tuned flags are those of the best single-executor drain above, measured
+    # beside the defaults: minutes apart, this machine drifts by tens of %.
+    best_tuned = health_rate("tuned", "free")
     r_defaults = ratio(health_rate("defaults", "free"), best_tuned)
-    out.append(f"| default flags ≥ 0.8 × the best tuned single-executor drain | {'yes' if r_defaults >= 0.8 else '**no**'} | "
+    out.append(f"| default flags ≥ 0.8 × tuned (concurrency 256, batch 32, 4 claim loops, 100 ms poll) | {'yes' if r_defaults >= 0.8 else '**no**'} | "
                f"{r_defaults:.2f} × ({health_rate('defaults', 'free'):.0f} / {best_tuned:.0f}) |")
 if growth_new:
     largest = max(growth_new, key=lambda g: g["existing"])
