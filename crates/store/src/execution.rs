@@ -166,6 +166,16 @@ WITH op AS (
 UPDATE outbox SET claimed_until = now() - interval '1 millisecond'
 FROM op WHERE outbox.operation_id = op.operation_id";
 
+/// An operation going back to PENDING under its fence (`Store::requeue`).
+pub(crate) struct Requeue<'a> {
+    pub operation_id: Uuid,
+    pub fencing_token: i64,
+    pub actor: &'a str,
+    pub delay: Duration,
+    pub last_error: &'a str,
+    pub reason: &'a str,
+}
+
 pub(crate) fn millis(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
@@ -252,25 +262,45 @@ impl Store {
         delay: Duration,
         last_error: &str,
     ) -> Result<FencedWrite, StoreError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(REQUEUE).await?;
         let reason = "request never reached the provider; retry scheduled";
+        let requeue = Requeue {
+            operation_id,
+            fencing_token,
+            actor,
+            delay,
+            last_error,
+            reason,
+        };
+        self.requeue(REQUEUE, &requeue).await
+    }
+
+    /// Runs a requeue statement (`$1` operation, `$2` fencing token, `$3` last error,
+    /// `$4` delay in ms, `$5` actor, `$6` audit reason, one count back) and records a
+    /// refusal as a stale write.
+    pub(crate) async fn requeue(
+        &self,
+        statement: &str,
+        requeue: &Requeue<'_>,
+    ) -> Result<FencedWrite, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(statement).await?;
         let row = client
             .query_one(
                 &statement,
                 &[
-                    &operation_id,
-                    &fencing_token,
-                    &last_error,
-                    &millis(delay),
-                    &actor,
-                    &reason,
+                    &requeue.operation_id,
+                    &requeue.fencing_token,
+                    &requeue.last_error,
+                    &millis(requeue.delay),
+                    &requeue.actor,
+                    &requeue.reason,
                 ],
             )
             .await?;
         let write = FencedWrite::from_count(row.get(0));
         if write == FencedWrite::RejectedStale {
-            self.record_stale_write(operation_id, fencing_token, "PENDING", actor, reason)
+            let (id, token) = (requeue.operation_id, requeue.fencing_token);
+            self.record_stale_write(id, token, "PENDING", requeue.actor, requeue.reason)
                 .await?;
         }
         Ok(write)

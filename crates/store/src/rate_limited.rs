@@ -10,7 +10,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::error::StoreError;
-use crate::execution::millis;
+use crate::execution::Requeue;
 use crate::fenced::FencedWrite;
 use crate::pool::Store;
 
@@ -51,31 +51,18 @@ impl Store {
         actor: &str,
         retry_after: Duration,
     ) -> Result<FencedWrite, StoreError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(REQUEUE_RATE_LIMITED).await?;
-        let last_error = "provider rate limited the request (HTTP 429)";
         let reason = format!(
             "provider rate limited the request; retry after {} ms, not counted as an attempt",
             retry_after.as_millis()
         );
-        let row = client
-            .query_one(
-                &statement,
-                &[
-                    &operation_id,
-                    &fencing_token,
-                    &last_error,
-                    &millis(retry_after),
-                    &actor,
-                    &reason,
-                ],
-            )
-            .await?;
-        let write = FencedWrite::from_count(row.get(0));
-        if write == FencedWrite::RejectedStale {
-            self.record_stale_write(operation_id, fencing_token, "PENDING", actor, &reason)
-                .await?;
-        }
-        Ok(write)
+        let requeue = Requeue {
+            operation_id,
+            fencing_token,
+            actor,
+            delay: retry_after,
+            last_error: "provider rate limited the request (HTTP 429)",
+            reason: &reason,
+        };
+        self.requeue(REQUEUE_RATE_LIMITED, &requeue).await
     }
 }
