@@ -3,7 +3,7 @@
 //! phase of the test it was sent in, and how it was answered, for the test to check
 //! against what the database kept.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -75,6 +75,39 @@ pub async fn stored_ids(sql: &tokio_postgres::Client) -> HashMap<String, Uuid> {
         .iter()
         .map(|row| (row.get(0), row.get(1)))
         .collect()
+}
+
+/// Waits until the database's `total` operations are all SUCCEEDED or FAILED, and
+/// asserts that every one SUCCEEDED (a FAILED one fails the test at once, with the
+/// counts, rather than after the timeout).
+pub async fn assert_all_succeed(sql: &tokio_postgres::Client, total: i64) {
+    let counts = eventually(
+        Duration::from_secs(120),
+        "every operation to reach a final state",
+        || async {
+            let counts: BTreeMap<String, i64> = sql
+                .query(
+                    "SELECT status, count(*) FROM operations GROUP BY status",
+                    &[],
+                )
+                .await
+                .ok()?
+                .iter()
+                .map(|row| (row.get(0), row.get(1)))
+                .collect();
+            let done: i64 = ["SUCCEEDED", "FAILED"]
+                .iter()
+                .filter_map(|s| counts.get(*s))
+                .sum();
+            (done == total).then_some(counts)
+        },
+    )
+    .await;
+    assert_eq!(
+        counts,
+        BTreeMap::from([("SUCCEEDED".to_owned(), total)]),
+        "every payment succeeds"
+    );
 }
 
 /// Asserts that provider-sim's `ledger` holds exactly one charge for each of `stored`

@@ -16,7 +16,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use opgate_e2e::agent_load::{assert_charged_once_each, send_payment, stored_ids, AgentLoad};
+use opgate_e2e::agent_load::{
+    assert_all_succeed, assert_charged_once_each, send_payment, stored_ids, AgentLoad,
+};
 use opgate_e2e::binaries::opgate_program;
 use opgate_e2e::db::empty_database;
 use opgate_e2e::{eventually, opgate, Executor, Intake, ProviderSim};
@@ -212,24 +214,7 @@ async fn the_previous_release_keeps_working_while_the_new_migrations_apply() {
     );
 
     let total = stored.len() as i64;
-    let counts = eventually(
-        Duration::from_secs(120),
-        "every operation to reach a final state",
-        || async {
-            let counts = status_counts(&sql).await;
-            let done: i64 = ["SUCCEEDED", "FAILED"]
-                .iter()
-                .filter_map(|s| counts.get(*s))
-                .sum();
-            (done == total).then_some(counts)
-        },
-    )
-    .await;
-    assert_eq!(
-        counts,
-        BTreeMap::from([("SUCCEEDED".to_owned(), total)]),
-        "every payment succeeds"
-    );
+    assert_all_succeed(&sql, total).await;
     let ledger = sim.ledger().await;
     assert_charged_once_each(&ledger, &stored);
     let charges = ledger["charges"].as_array().expect("charges");
@@ -292,18 +277,6 @@ async fn schema_version(sql: &tokio_postgres::Client) -> i32 {
 async fn timestamp(sql: &tokio_postgres::Client) -> String {
     let row = sql.query_one("SELECT now()::text", &[]).await.unwrap();
     row.get(0)
-}
-
-async fn status_counts(sql: &tokio_postgres::Client) -> BTreeMap<String, i64> {
-    sql.query(
-        "SELECT status, count(*) FROM operations GROUP BY status",
-        &[],
-    )
-    .await
-    .unwrap()
-    .iter()
-    .map(|row| (row.get(0), row.get(1)))
-    .collect()
 }
 
 /// A registration's transaction can deadlock with a migration that locks `outbox`

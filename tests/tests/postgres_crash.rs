@@ -13,7 +13,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use opgate_e2e::agent_load::{assert_charged_once_each, send_payment, stored_ids, AgentLoad};
+use opgate_e2e::agent_load::{
+    assert_all_succeed, assert_charged_once_each, send_payment, stored_ids, AgentLoad,
+};
 use opgate_e2e::{eventually, Executor, PgCluster, Reconciler, Stack, TestDb};
 use uuid::Uuid;
 
@@ -157,24 +159,7 @@ async fn a_postgres_crash_under_load_loses_no_acknowledged_operation_and_charges
 
     // Every operation ends SUCCEEDED, with one charge.
     let total = stored.len() as i64;
-    let counts = eventually(
-        Duration::from_secs(120),
-        "every operation to reach a final state",
-        || async {
-            let counts = stack.db.store.count_by_status().await.ok()?;
-            let done: i64 = ["SUCCEEDED", "FAILED"]
-                .iter()
-                .filter_map(|s| counts.get(*s))
-                .sum();
-            (done == total).then_some(counts)
-        },
-    )
-    .await;
-    assert_eq!(
-        counts,
-        BTreeMap::from([("SUCCEEDED".to_owned(), total)]),
-        "every payment succeeds"
-    );
+    assert_all_succeed(&sql, total).await;
     let ledger = stack.sim.ledger().await;
     assert_charged_once_each(&ledger, &stored);
     let charges = ledger["charges"].as_array().expect("charges");
