@@ -34,6 +34,7 @@ struct Dispatch {
     in_flight: InFlight,
     tasks: Mutex<JoinSet<()>>,
     wake: Arc<Notify>,
+    frontier: Mutex<ClaimFrontier>,
 }
 
 /// Runs until `shutdown` resolves, then drains or releases in-flight work.
@@ -71,6 +72,7 @@ pub async fn run(
         in_flight: Arc::default(),
         tasks: Mutex::new(JoinSet::new()),
         wake,
+        frontier: Mutex::default(),
     });
     let (stop, stopped) = watch::channel(false);
     let loops: Vec<_> = (0..dispatch.config.claimers.max(1))
@@ -104,7 +106,6 @@ pub async fn run(
 async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>) {
     let config = &dispatch.config;
     let mut claim_failures = 0u32;
-    let mut cursor = ClaimStart::default();
     loop {
         let first_slot = tokio::select! {
             slot = dispatch.slots.clone().acquire_owned() => slot.expect("semaphore never closes"),
@@ -121,7 +122,7 @@ async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>)
         }
         let wanted = slots.len();
         let started = Instant::now();
-        let from = cursor.next();
+        let from = dispatch.frontier.lock().unwrap().next();
         let (store, owner) = (&dispatch.store, dispatch.owner.as_str());
         let claim = match from {
             Some(from) => {
@@ -157,7 +158,8 @@ async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>)
         // Only an empty claim means the outbox is drained: a short one may have skipped
         // rows other claims held, or met the end of a batch, and waiting for the poll
         // interval then would leave due events waiting too.
-        cursor.claimed(claimed.iter().map(|op| op.position).min());
+        let furthest = claimed.iter().map(|op| op.position).max();
+        dispatch.frontier.lock().unwrap().claimed(furthest);
         let drained = claimed.is_empty() && from.is_none();
         for (op, slot) in claimed.into_iter().zip(slots.drain(..)) {
             dispatch.start(op, slot);
@@ -176,25 +178,29 @@ async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>)
     }
 }
 
-/// Where a claim loop's next claim starts: after the first event its last claim took
-/// (`ClaimCursor`), and from the beginning at least every `FULL_CLAIM_EVERY` and after
-/// a claim from the cursor found nothing, so that events due again before the cursor
-/// (a lease that expired) wait at most that long.
+/// Where this executor's next claim starts, shared by its claim loops: after the
+/// furthest event any of them has claimed (`ClaimCursor`), and from the beginning at
+/// least every `FULL_CLAIM_EVERY` and after a claim from the frontier found nothing,
+/// so that an event due again behind it (a lease that expired, a claim that failed)
+/// waits at most that long. Between full claims no loop walks the events the others
+/// hold or have finished: behind a snapshot that stops VACUUM, the finished ones are
+/// dead rows every claim would visit again.
 #[derive(Default)]
-struct ClaimStart {
-    cursor: Option<ClaimCursor>,
+struct ClaimFrontier {
+    furthest: Option<ClaimCursor>,
     last_full: Option<Instant>,
 }
 
 const FULL_CLAIM_EVERY: Duration = Duration::from_secs(1);
 
-impl ClaimStart {
+impl ClaimFrontier {
+    /// Where the next claim starts; `None` for the beginning (a full claim).
     fn next(&mut self) -> Option<ClaimCursor> {
         let fresh = self
             .last_full
             .is_some_and(|at| at.elapsed() < FULL_CLAIM_EVERY);
-        match self.cursor {
-            Some(cursor) if fresh => Some(cursor),
+        match self.furthest {
+            Some(furthest) if fresh => Some(furthest),
             _ => {
                 self.last_full = Some(Instant::now());
                 None
@@ -202,9 +208,13 @@ impl ClaimStart {
         }
     }
 
-    /// `first`: the earliest position the claim took, `None` when it took nothing.
-    fn claimed(&mut self, first: Option<ClaimCursor>) {
-        self.cursor = first;
+    /// `furthest`: the latest position a claim took, `None` when it took nothing, in
+    /// which case the next claim is a full one.
+    fn claimed(&mut self, furthest: Option<ClaimCursor>) {
+        match furthest {
+            Some(position) => self.furthest = self.furthest.max(Some(position)),
+            None => self.last_full = None,
+        }
     }
 }
 
@@ -261,4 +271,48 @@ fn spawn_wake_listener(database_url: String, wake: Arc<Notify>) {
             wake.notify_one();
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use opgate_store::ClaimCursor;
+
+    use super::ClaimFrontier;
+
+    fn at(seconds: u64, event_id: i64) -> ClaimCursor {
+        ClaimCursor {
+            available_at: SystemTime::UNIX_EPOCH + Duration::from_secs(seconds),
+            event_id,
+        }
+    }
+
+    #[test]
+    fn claims_start_at_the_furthest_event_claimed_and_from_the_beginning_after_an_empty_one() {
+        let mut frontier = ClaimFrontier::default();
+        assert_eq!(frontier.next(), None, "the first claim is a full one");
+        frontier.claimed(Some(at(10, 7)));
+        assert_eq!(frontier.next(), Some(at(10, 7)));
+        // A claim that took earlier events (another loop's, finishing late) does not
+        // move the frontier back.
+        frontier.claimed(Some(at(10, 3)));
+        frontier.claimed(Some(at(11, 1)));
+        assert_eq!(frontier.next(), Some(at(11, 1)));
+        frontier.claimed(None);
+        assert_eq!(frontier.next(), None, "after an empty claim, a full one");
+        assert_eq!(frontier.next(), Some(at(11, 1)));
+    }
+
+    #[test]
+    fn a_full_claim_comes_round_at_least_every_second() {
+        let mut frontier = ClaimFrontier::default();
+        frontier.next();
+        frontier.claimed(Some(at(10, 7)));
+        frontier.last_full = frontier
+            .last_full
+            .map(|at| at - super::FULL_CLAIM_EVERY - Duration::from_millis(1));
+        assert_eq!(frontier.next(), None);
+        assert_eq!(frontier.next(), Some(at(10, 7)));
+    }
 }

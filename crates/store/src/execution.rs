@@ -65,7 +65,7 @@ WITH due AS (
     -- statement), and with one the planner, which rightly believes few operations are
     -- unsettled, hashes all of them and sorts the whole backlog on every claim (15 ms
     -- with 15,000 queued) instead of walking the due index for the first few. The
-    -- update of the operation checks the status.
+    -- update of the operation checks the status it read here.
     ORDER BY o.available_at, o.event_id
     LIMIT $3
     -- Both rows, skipping any a worker is writing: every other writer locks the
@@ -90,8 +90,11 @@ WITH due AS (
         attempts = op.attempts + 1,
         updated_at = now()
     FROM due d
+    -- The status as `due` locked it, which no one else can change before this commits.
+    -- A condition on op.status instead lets the planner AND in the unsettled-status
+    -- index, which behind a held snapshot lists every operation it ever held.
     WHERE op.operation_id = ANY (ARRAY(SELECT operation_id FROM events))
-      AND op.operation_id = d.operation_id AND op.status IN ('PENDING', 'IN_PROGRESS')
+      AND op.operation_id = d.operation_id AND d.previous_status IN ('PENDING', 'IN_PROGRESS')
     RETURNING op.operation_id, op.agent_id, op.operation_type, op.provider, op.fencing_token,
               d.previous_status, op.attempts, op.retry_count, op.request_payload, op.amount,
               op.currency, op.provider_reference, op.trace_context,
