@@ -8,7 +8,7 @@ WITH_PG := scripts/with-postgres.sh
 TEST_PG_SETTINGS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 
 .PHONY: build test python-tools deploy-tools deploy-check readme-check up down mutants \
-	run lint fmt clean-pg bench bench-quick bench-queue-health bench-telemetry
+	run lint fmt clean-pg bench bench-quick bench-queue-health bench-telemetry test-citus
 
 build:
 	$(CARGO) build --workspace --bins
@@ -24,6 +24,14 @@ test: python-tools
 	scripts/deploy-check.sh
 	scripts/readme-check.sh
 	PG_SETTINGS="$(TEST_PG_SETTINGS)" $(WITH_PG) scripts/run-tests.sh
+
+## test-citus: the Citus tests against the coordinator OPGATE_TEST_CITUS_URL names (a
+## coordinator with its workers added; docs/scale-out.md). make test runs them too, and
+## they skip themselves when it is unset.
+test-citus:
+	@test -n "$$OPGATE_TEST_CITUS_URL" || { echo "test-citus: set OPGATE_TEST_CITUS_URL to a Citus coordinator's URL (docs/scale-out.md)" >&2; exit 2; }
+	$(CARGO) build --workspace --bins --tests
+	PG_SETTINGS="$(TEST_PG_SETTINGS)" $(WITH_PG) $(CARGO) test -p opgate-e2e --test citus
 
 ## python-tools: the pinned Python tools the tests run (localstripe), in target/pytools.
 python-tools:

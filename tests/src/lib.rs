@@ -5,6 +5,7 @@
 pub mod agent_load;
 pub mod api;
 pub mod binaries;
+pub mod citus;
 pub mod cluster;
 pub mod db;
 pub mod faketime;

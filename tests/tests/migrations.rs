@@ -93,3 +93,89 @@ async fn a_payment_from_before_kinds_keeps_its_hash_replays_and_can_be_refunded(
     );
     assert_eq!(refund.provider, "opgate-http", "the payment's provider");
 }
+
+/// V14 gives every per-operation key agent_id (for Citus) on a database already in use:
+/// every row stays, audit event ids count on from where the identity column was, and
+/// the new foreign keys hold an event to its operation's agent.
+#[tokio::test]
+async fn keys_gain_agent_id_in_place_and_nothing_is_lost() {
+    let url = empty_database().await;
+    opgate(&url, &["migrate", "--to", "13"]).success();
+    opgate(&url, &["agents", "create", "keyed"]).success();
+    opgate(&url, &["agents", "create", "other"]).success();
+    let store = opgate_store::Store::connect(&url, &Default::default()).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            opgate_e2e::db::register_payment(&store, "keyed", &format!("k-{i}"), "1.00").await,
+        );
+    }
+    let (db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let counts = "SELECT (SELECT count(*) FROM operations), (SELECT count(*) FROM outbox),
+                         (SELECT count(*) FROM operation_events), (SELECT max(event_id) FROM operation_events)";
+    let before = db.query_one(counts, &[]).await.unwrap();
+    let before: (i64, i64, i64, i64) = (before.get(0), before.get(1), before.get(2), before.get(3));
+    assert_eq!((before.0, before.1), (5, 5));
+
+    opgate(&url, &["migrate"]).success();
+
+    let after = db.query_one(counts, &[]).await.unwrap();
+    assert_eq!(
+        (
+            after.get::<_, i64>(0),
+            after.get::<_, i64>(1),
+            after.get::<_, i64>(2)
+        ),
+        (before.0, before.1, before.2),
+        "every operation, outbox event and audit event kept"
+    );
+    let key_columns = "SELECT string_agg(a.attname, ',' ORDER BY k.n)
+        FROM pg_constraint c, unnest(c.conkey) WITH ORDINALITY k(attnum, n)
+        JOIN pg_attribute a ON a.attnum = k.attnum
+        WHERE c.conname = $1 AND c.conparentid = 0 AND a.attrelid = c.conrelid";
+    for (constraint, columns) in [
+        ("operations_pkey", "operation_id,agent_id"),
+        ("outbox_pkey", "event_id,agent_id,slot"),
+        ("operation_events_pkey", "event_id,agent_id"),
+        ("outbox_operation_fkey", "operation_id,agent_id"),
+        ("operation_events_operation_fkey", "operation_id,agent_id"),
+    ] {
+        let found: Option<String> = db
+            .query_one(key_columns, &[&constraint])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(found.as_deref(), Some(columns), "{constraint}");
+    }
+
+    // A new audit event numbers after the old ones.
+    let next = opgate_e2e::db::register_payment(&store, "keyed", "k-after", "1.00").await;
+    let newest: i64 = db
+        .query_one(
+            "SELECT min(event_id) FROM operation_events WHERE operation_id = $1",
+            &[&next],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        newest > before.3,
+        "audit ids count on: {newest} after {}",
+        before.3
+    );
+    // An event cannot name another agent than its operation's.
+    let foreign = db
+        .execute(
+            "INSERT INTO outbox (operation_id, agent_id, event_type) VALUES ($1, 'other', 'execute')",
+            &[&ids[0]],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        foreign.code(),
+        Some(&tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION)
+    );
+}

@@ -40,8 +40,16 @@ enum Command {
     /// Apply pending database migrations (safe to run any number of times).
     Migrate {
         /// Stop after this migration version (all when absent).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "citus")]
         to: Option<u32>,
+        /// Also distribute the tables on Citus (the citus extension must be installed):
+        /// per-operation tables by agent_id, agents and operators as reference tables.
+        #[arg(long)]
+        citus: bool,
+        /// With --citus, the number of shards of a first distribution (Citus's
+        /// citus.shard_count when absent).
+        #[arg(long, requires = "citus")]
+        shard_count: Option<u32>,
     },
     /// Create, list and revoke agents' API keys.
     #[command(subcommand)]
@@ -174,9 +182,34 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let store = Store::connect(&cli.database_url, &settings).context("configuring the database")?;
     match cli.command {
-        Command::Migrate { to } => {
+        Command::Migrate {
+            to,
+            citus,
+            shard_count,
+        } => {
+            if citus {
+                // Before anything is written: a database without Citus is left as it was.
+                store.citus_version().await?;
+            }
             let applied = store.migrate_to(to).await.context("applying migrations")?;
             eprintln!("migrations applied: {applied}");
+            if citus {
+                let distribution = store
+                    .distribute_on_citus(shard_count)
+                    .await
+                    .context("distributing the tables on Citus")?;
+                match distribution.changed.as_slice() {
+                    [] => eprintln!(
+                        "citus {}: every table already in place",
+                        distribution.citus_version
+                    ),
+                    changed => eprintln!(
+                        "citus {}: placed {}",
+                        distribution.citus_version,
+                        changed.join(", ")
+                    ),
+                }
+            }
         }
         Command::Agents(command) => {
             let catalog = Catalog::load_at_start(cli.catalog.as_deref());

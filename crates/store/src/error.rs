@@ -20,6 +20,8 @@ pub enum StoreError {
     BatchFailed(String),
     #[error("migration failed: {0}")]
     Migration(String),
+    #[error("citus: {0}")]
+    Citus(String),
 }
 
 impl StoreError {

@@ -8,10 +8,10 @@ use crate::pool::Store;
 refinery::embed_migrations!("../../migrations");
 
 /// An arbitrary constant that names opgate's migration lock.
-const MIGRATION_LOCK_ID: i64 = 0x6f70_6761_7465;
+pub(crate) const MIGRATION_LOCK_ID: i64 = 0x6f70_6761_7465;
 
-const TAKE_LOCK: &str = "SELECT pg_advisory_lock($1)";
-const RELEASE_LOCK: &str = "SELECT pg_advisory_unlock($1)";
+pub(crate) const TAKE_LOCK: &str = "SELECT pg_advisory_lock($1)";
+pub(crate) const RELEASE_LOCK: &str = "SELECT pg_advisory_unlock($1)";
 
 impl Store {
     /// Applies every pending migration; returns how many were applied.
