@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use opgate_provider::Providers;
-use opgate_store::{spawn_listener, ClaimCursor, ClaimedOperation, Store, OUTBOX_CHANNEL};
+use opgate_store::{
+    spawn_listener, ClaimCursor, ClaimedOperation, Store, StoreError, OUTBOX_CHANNEL,
+};
 use opgate_telemetry::metrics;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -19,6 +21,7 @@ use uuid::Uuid;
 
 use crate::completions::Completions;
 use crate::config::Config;
+use crate::due_agents::DueAgents;
 use crate::settled::SettledNotifier;
 use crate::worker::Worker;
 
@@ -35,6 +38,9 @@ struct Dispatch {
     tasks: Mutex<JoinSet<()>>,
     wake: Arc<Notify>,
     frontier: Mutex<ClaimFrontier>,
+    /// Whether the tables are distributed on Citus, asked at the first claim.
+    distributed: tokio::sync::OnceCell<bool>,
+    due_agents: DueAgents,
 }
 
 /// Runs until `shutdown` resolves, then drains or releases in-flight work.
@@ -73,6 +79,8 @@ pub async fn run(
         tasks: Mutex::new(JoinSet::new()),
         wake,
         frontier: Mutex::default(),
+        distributed: tokio::sync::OnceCell::new(),
+        due_agents: DueAgents::default(),
     });
     let (stop, stopped) = watch::channel(false);
     let loops: Vec<_> = (0..dispatch.config.claimers.max(1))
@@ -123,19 +131,7 @@ async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>)
         let wanted = slots.len();
         let started = Instant::now();
         let from = dispatch.frontier.lock().unwrap().next();
-        let (store, owner) = (&dispatch.store, dispatch.owner.as_str());
-        let claim = match from {
-            Some(from) => {
-                store
-                    .claim_due_operations_from(owner, config.lease, wanted as i64, from)
-                    .await
-            }
-            None => {
-                store
-                    .claim_due_operations(owner, config.lease, wanted as i64)
-                    .await
-            }
-        };
+        let claim = dispatch.claim(wanted, from).await;
         // Every claim, empty and failed ones too: an empty claim still walks past every
         // dead tuple the outbox holds.
         metrics().claim("executor", started.elapsed().as_secs_f64());
@@ -219,6 +215,35 @@ impl ClaimFrontier {
 }
 
 impl Dispatch {
+    /// Up to `wanted` due events, from `from` on (the whole outbox when `None`); on
+    /// Citus, one agent's (`DueAgents`).
+    async fn claim(
+        &self,
+        wanted: usize,
+        from: Option<ClaimCursor>,
+    ) -> Result<Vec<ClaimedOperation>, StoreError> {
+        let (store, owner, lease) = (&self.store, self.owner.as_str(), self.config.lease);
+        let distributed = *self
+            .distributed
+            .get_or_try_init(|| store.is_distributed())
+            .await?;
+        if distributed {
+            return self.due_agents.claim(store, owner, lease, wanted).await;
+        }
+        match from {
+            Some(from) => {
+                store
+                    .claim_due_operations_from(owner, lease, wanted as i64, from)
+                    .await
+            }
+            None => {
+                store
+                    .claim_due_operations(owner, lease, wanted as i64)
+                    .await
+            }
+        }
+    }
+
     fn start(&self, op: ClaimedOperation, slot: OwnedSemaphorePermit) {
         self.in_flight
             .lock()

@@ -7,6 +7,7 @@
 mod completions;
 pub mod config;
 mod dispatcher;
+mod due_agents;
 mod heartbeat;
 mod rotation;
 mod rules;

@@ -51,7 +51,23 @@ pub struct CitusDistribution {
     pub changed: Vec<String>,
 }
 
+/// Whether opgate's tables are distributed (`opgate migrate --citus` has run): the
+/// claims then go agent by agent.
+/// (Two statements: without Citus, the catalog the second reads does not exist.)
+const HAS_CITUS_CATALOG: &str = "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL";
+const DISTRIBUTED: &str = "
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
+               WHERE logicalrelid::regclass::text = 'operations')";
+
 impl Store {
+    /// Whether the tables are distributed on Citus. Asked once, at a service's start:
+    /// a database distributed later needs its services restarted (docs/scale-out.md).
+    pub async fn is_distributed(&self) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let has_catalog: bool = client.query_one(HAS_CITUS_CATALOG, &[]).await?.get(0);
+        Ok(has_catalog && client.query_one(DISTRIBUTED, &[]).await?.get(0))
+    }
+
     /// The citus extension's version, or a clear error when the database has none.
     pub async fn citus_version(&self) -> Result<String, StoreError> {
         let client = self.client().await?;

@@ -120,6 +120,48 @@ static CLAIM_DUE_FROM: LazyLock<String> = LazyLock::new(|| {
     claim
 });
 
+/// `CLAIM_DUE` for one agent's events (`$4`): on Citus every table in it is then
+/// filtered by the distribution column, so the statement, row locks included, runs on
+/// the one node that holds the agent's shard. Citus refuses `FOR UPDATE` in a query
+/// that spans shards.
+static CLAIM_DUE_FOR_AGENT: LazyLock<String> = LazyLock::new(|| {
+    let replacements = [
+        (
+            "JOIN operations op ON op.operation_id = o.operation_id",
+            "JOIN operations op ON op.operation_id = o.operation_id AND op.agent_id = $4",
+        ),
+        (
+            "WHERE o.available_at <= now()",
+            "WHERE o.agent_id = $4 AND o.available_at <= now()",
+        ),
+        (
+            "WHERE o.event_id = ANY (ARRAY(SELECT event_id FROM due))",
+            "WHERE o.agent_id = $4 AND o.event_id = ANY (ARRAY(SELECT event_id FROM due))",
+        ),
+        (
+            "WHERE op.operation_id = ANY (ARRAY(SELECT operation_id FROM events))",
+            "WHERE op.agent_id = $4 AND op.operation_id = ANY (ARRAY(SELECT operation_id FROM events))",
+        ),
+    ];
+    replacements
+        .iter()
+        .fold(CLAIM_DUE.to_owned(), |claim, (from, to)| {
+            assert!(
+                claim.contains(from),
+                "CLAIM_DUE no longer contains {from:?}"
+            );
+            claim.replacen(from, to, 1)
+        })
+});
+
+/// Agents with events due and unclaimed, in no particular order: on Citus, where the
+/// executor claims one agent's events at a time, the agents to claim for. A read on
+/// every shard, without locks.
+const DUE_AGENTS: &str = "
+SELECT DISTINCT agent_id FROM outbox
+WHERE available_at <= now() AND (claimed_until IS NULL OR claimed_until < now())
+LIMIT $1";
+
 /// The last line of `CLAIM_DUE` (the pgbench pair aggregates it instead).
 pub(crate) const CLAIM_RESULT: &str = "SELECT * FROM claimed";
 
@@ -222,6 +264,31 @@ impl Store {
         ];
         let rows = client.query(&statement, &params).await?;
         rows.iter().map(claimed_from_row).collect()
+    }
+
+    /// `claim_due_operations` for one agent's events only (`DUE_AGENTS`).
+    #[tracing::instrument(level = "debug", name = "UPDATE outbox", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "outbox"))]
+    pub async fn claim_due_operations_of_agent(
+        &self,
+        owner: &str,
+        lease: Duration,
+        batch: i64,
+        agent_id: &str,
+    ) -> Result<Vec<ClaimedOperation>, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&CLAIM_DUE_FOR_AGENT).await?;
+        let rows = client
+            .query(&statement, &[&owner, &millis(lease), &batch, &agent_id])
+            .await?;
+        rows.iter().map(claimed_from_row).collect()
+    }
+
+    /// Up to `limit` agents with events due and unclaimed.
+    pub async fn due_agents(&self, limit: i64) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(DUE_AGENTS).await?;
+        let rows = client.query(&statement, &[&limit]).await?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
     /// Extends the lease; `false` means it was lost (another worker took over).

@@ -45,8 +45,11 @@ pub struct FencedTransition {
 /// outbox event and gain an audit row. Returns the ids it applied.
 pub(crate) const TRANSITION: &str = "
 WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::text[],
-                         $6::text[], $7::text[], $8::float8[])
+    -- The times are worked out here, not in the UPDATE: Citus refuses non-immutable
+    -- functions inside CASE in an update that spans shards.
+    SELECT t.*, now() AS at, now() + t.next_check_ms * interval '1 millisecond' AS next_check_at
+    FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::text[],
+                $6::text[], $7::text[], $8::float8[])
         AS t(operation_id, fencing_token, from_status, to_status, provider_reference,
              last_error, reason, next_check_ms)
 ), updated AS (
@@ -56,11 +59,10 @@ WITH input AS (
         last_error = i.last_error,
         lease_owner = NULL,
         lease_expires_at = NULL,
-        next_attempt_at = CASE WHEN i.to_status = 'UNKNOWN'
-                               THEN now() + i.next_check_ms * interval '1 millisecond' END,
+        next_attempt_at = CASE WHEN i.to_status = 'UNKNOWN' THEN i.next_check_at END,
         unknown_since = CASE WHEN i.to_status = 'UNKNOWN' AND i.from_status <> 'RECONCILING'
-                             THEN now() ELSE op.unknown_since END,
-        updated_at = now()
+                             THEN i.at ELSE op.unknown_since END,
+        updated_at = i.at
     FROM input i
     WHERE op.operation_id = i.operation_id AND op.fencing_token = i.fencing_token
       AND op.status = i.from_status
