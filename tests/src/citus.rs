@@ -8,9 +8,18 @@ use std::str::FromStr;
 use tokio_postgres::{Config, NoTls};
 use uuid::Uuid;
 
+use opgate_store::{PoolSettings, Store};
+
+use crate::binaries::opgate;
 use crate::db::with_database;
+use crate::TestDb;
 
 const CITUS_URL: &str = "OPGATE_TEST_CITUS_URL";
+
+/// Adding workers to two databases at once fails ("tuple concurrently updated": Citus
+/// copies roles, a catalog all databases share, to each node it adds), so this test
+/// binary's tests make their databases one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The coordinator's URL, or `None` after printing why the test does not run.
 pub fn citus_url(test: &str) -> Option<String> {
@@ -30,12 +39,17 @@ pub fn citus_url(test: &str) -> Option<String> {
 /// workers added, and nothing else (no migrations).
 pub struct CitusDb {
     pub url: String,
+    name: String,
+    coordinator: Config,
+    /// Host and port of the coordinator and of every worker.
+    nodes: Vec<(String, u16)>,
 }
 
 impl CitusDb {
     /// `None` (with the reason printed) when no cluster is configured.
     pub async fn create(test: &str) -> Option<Self> {
         let coordinator_url = citus_url(test)?;
+        let _turn = ONE_AT_A_TIME.lock().await;
         let coordinator = Config::from_str(&coordinator_url).expect("OPGATE_TEST_CITUS_URL");
         let admin = connect(&coordinator).await;
         let workers: Vec<(String, i32)> = admin
@@ -86,7 +100,38 @@ impl CitusDb {
         }
         Some(Self {
             url: with_database(&coordinator_url, &name),
+            name,
+            coordinator,
+            nodes,
         })
+    }
+
+    /// `create`, then `opgate migrate --citus --shard-count <shards>`: a distributed
+    /// opgate database, for the services to run on.
+    pub async fn migrated(test: &str, shards: u32) -> Option<(Self, TestDb)> {
+        let db = Self::create(test).await?;
+        let shards = shards.to_string();
+        opgate(&db.url, &["migrate", "--citus", "--shard-count", &shards]).success();
+        let store = Store::connect(&db.url, &PoolSettings::default()).expect("pool");
+        let test_db = TestDb {
+            url: db.url.clone(),
+            store,
+        };
+        Some((db, test_db))
+    }
+
+    /// Drops the database on every node: each one keeps a Citus maintenance process
+    /// running, and a cluster that kept every test's would run out of them. A test
+    /// that fails leaves its database for a look.
+    pub async fn drop_everywhere(self) {
+        let _turn = ONE_AT_A_TIME.lock().await;
+        for (host, port) in &self.nodes {
+            connect(&on_node(&self.coordinator, host, *port, None))
+                .await
+                .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
+                .await
+                .expect("drop the test database on a node");
+        }
     }
 
     /// A client on the coordinator's test database.

@@ -4,10 +4,14 @@
 //! database without Citus runs everywhere.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use opgate_e2e::agent_load::{
+    assert_all_succeed, assert_charged_once_each, send_payment, stored_ids,
+};
 use opgate_e2e::citus::CitusDb;
 use opgate_e2e::db::empty_database;
-use opgate_e2e::opgate;
+use opgate_e2e::{eventually, opgate, Executor, Intake, ProviderSim};
 
 /// How each table opgate placed is placed: (method, distribution column, co-location).
 async fn placement(client: &tokio_postgres::Client) -> BTreeMap<String, (String, String, i32)> {
@@ -149,4 +153,173 @@ async fn migrate_citus_on_a_database_without_citus_says_so_and_writes_nothing() 
         .unwrap()
         .get(0);
     assert_eq!(tables, 0, "no migration ran");
+}
+
+/// Agents that retry naively (the same key until they get an answer), a provider that
+/// drops a quarter of its answers after committing and fails a tenth after committing,
+/// an executor killed with -9 mid-drain, a second executor and a reconciler, all
+/// through the coordinator: every payment ends SUCCEEDED and is charged once, and the
+/// operations are spread over both workers.
+#[tokio::test]
+async fn payments_through_the_coordinator_are_charged_exactly_once() {
+    let Some((cluster, db)) = CitusDb::migrated(
+        "payments_through_the_coordinator_are_charged_exactly_once",
+        8,
+    )
+    .await
+    else {
+        return;
+    };
+    let sim = ProviderSim::start(&["drop-after-commit=0.25", "error-after-commit=0.1"]).await;
+    let intake = Intake::start(&db.url).await;
+    let executor_args = ["--lease", "2s", "--retry-base", "20ms"];
+    let doomed = Executor::start(&db.url, &sim.base_url, &executor_args).await;
+    let _reconciler = Executor::start_reconciler(&db.url, &sim.base_url, &[]).await;
+
+    const AGENTS_PER_WORKER: usize = 3;
+    const PAYMENTS_PER_AGENT: usize = 25;
+    let sql = db.sql().await;
+    let keys: Vec<String> = agents_on_every_worker(&sql, AGENTS_PER_WORKER)
+        .await
+        .iter()
+        .map(|agent| db.create_agent(agent, &["--allow", "payment"]))
+        .collect();
+    let http = reqwest::Client::new();
+    let agents = keys.iter().enumerate().map(|(n, key)| {
+        let (http, base, key) = (http.clone(), intake.base_url.clone(), key.clone());
+        async move {
+            for i in 0..PAYMENTS_PER_AGENT {
+                let idempotency_key = format!("citus-{n}-{i}");
+                // Naive: the same request again until something answers 2xx.
+                let mut tries = 0;
+                while send_payment(&http, &base, &key, "cus_citus", &idempotency_key)
+                    .await
+                    .operation_id
+                    .is_none()
+                {
+                    tries += 1;
+                    assert!(tries < 50, "{idempotency_key} was never accepted");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    });
+    let sending = tokio::spawn(futures_util::future::join_all(agents));
+    eventually(
+        Duration::from_secs(60),
+        "the first executor to finish some payments",
+        || async {
+            let done: i64 = sql
+                .query_one(
+                    "SELECT count(*) FROM operations WHERE status = 'SUCCEEDED'",
+                    &[],
+                )
+                .await
+                .ok()?
+                .get(0);
+            (done >= 20).then_some(())
+        },
+    )
+    .await;
+    doomed.service.kill9().await;
+    let _survivor = Executor::start(&db.url, &sim.base_url, &executor_args).await;
+    sending.await.unwrap();
+
+    let total = (keys.len() * PAYMENTS_PER_AGENT) as i64;
+    assert_all_succeed(&sql, total).await;
+    assert_charged_once_each(&sim.ledger().await, &stored_ids(&sql).await);
+
+    let nodes: i64 = sql
+        .query_one(
+            "SELECT count(DISTINCT p.nodeport)
+             FROM (SELECT DISTINCT get_shard_id_for_distribution_column('operations', agent_id) AS shardid
+                   FROM operations) s
+             JOIN pg_dist_shard_placement p USING (shardid)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(nodes >= 2, "the operations are on {nodes} node(s)");
+    drop(sql);
+    cluster.drop_everywhere().await;
+}
+
+/// `per_worker` agent names whose shards are on each worker: names hash to shards
+/// unevenly, and the test is about operations spread over nodes.
+async fn agents_on_every_worker(sql: &tokio_postgres::Client, per_worker: usize) -> Vec<String> {
+    let mut by_node: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    for n in 0..200 {
+        let agent = format!("citus-agent-{n}");
+        let node: i32 = sql
+            .query_one(
+                "SELECT nodeport FROM pg_dist_shard_placement
+                 WHERE shardid = get_shard_id_for_distribution_column('operations', $1::text)",
+                &[&agent],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        let agents = by_node.entry(node).or_default();
+        if agents.len() < per_worker {
+            agents.push(agent);
+        }
+    }
+    assert!(
+        by_node.len() >= 2,
+        "every agent name hashed to one node: {by_node:?}"
+    );
+    by_node.into_values().flatten().collect()
+}
+
+/// The reconciler's claim on Citus: every answer lost after the provider committed, no
+/// keyed retries, so every payment is UNKNOWN until the reconciler finds it, agent by
+/// agent, on both workers.
+#[tokio::test]
+async fn the_reconciler_resolves_unknown_payments_on_every_worker() {
+    let Some((cluster, db)) = CitusDb::migrated(
+        "the_reconciler_resolves_unknown_payments_on_every_worker",
+        8,
+    )
+    .await
+    else {
+        return;
+    };
+    let sim = ProviderSim::start(&["drop-after-commit=1.0"]).await;
+    let intake = Intake::start(&db.url).await;
+    let _executor = Executor::start(&db.url, &sim.base_url, &["--keyed-retries", "false"]).await;
+    let _reconciler = Executor::start_reconciler(&db.url, &sim.base_url, &[]).await;
+    let sql = db.sql().await;
+    let http = reqwest::Client::new();
+    for (n, agent) in agents_on_every_worker(&sql, 2).await.iter().enumerate() {
+        let key = db.create_agent(agent, &["--allow", "payment"]);
+        for i in 0..5 {
+            let answer = send_payment(
+                &http,
+                &intake.base_url,
+                &key,
+                "cus_lost",
+                &format!("lost-{n}-{i}"),
+            )
+            .await;
+            assert!(answer.operation_id.is_some(), "status {}", answer.status);
+        }
+    }
+    assert_all_succeed(&sql, 20).await;
+    assert_charged_once_each(&sim.ledger().await, &stored_ids(&sql).await);
+    let reconciled: i64 = sql
+        .query_one(
+            "SELECT count(DISTINCT operation_id) FROM operation_events
+             WHERE from_status = 'RECONCILING' AND to_status = 'SUCCEEDED'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        reconciled, 20,
+        "every payment was resolved by the reconciler"
+    );
+    drop(sql);
+    cluster.drop_everywhere().await;
 }

@@ -38,8 +38,6 @@ struct Dispatch {
     tasks: Mutex<JoinSet<()>>,
     wake: Arc<Notify>,
     frontier: Mutex<ClaimFrontier>,
-    /// Whether the tables are distributed on Citus, asked at the first claim.
-    distributed: tokio::sync::OnceCell<bool>,
     due_agents: DueAgents,
 }
 
@@ -79,7 +77,6 @@ pub async fn run(
         tasks: Mutex::new(JoinSet::new()),
         wake,
         frontier: Mutex::default(),
-        distributed: tokio::sync::OnceCell::new(),
         due_agents: DueAgents::default(),
     });
     let (stop, stopped) = watch::channel(false);
@@ -223,11 +220,7 @@ impl Dispatch {
         from: Option<ClaimCursor>,
     ) -> Result<Vec<ClaimedOperation>, StoreError> {
         let (store, owner, lease) = (&self.store, self.owner.as_str(), self.config.lease);
-        let distributed = *self
-            .distributed
-            .get_or_try_init(|| store.is_distributed())
-            .await?;
-        if distributed {
+        if store.is_distributed().await? {
             return self.due_agents.claim(store, owner, lease, wanted).await;
         }
         match from {

@@ -2,8 +2,11 @@
 //! `approval_expires_at` become FAILED ("approval expired"), audited, a batch at a time.
 //! They were never enqueued, so nothing was ever sent for them.
 
+use std::sync::LazyLock;
+
 use uuid::Uuid;
 
+use crate::citus::for_one_agent;
 use crate::error::StoreError;
 use crate::pool::Store;
 
@@ -29,13 +32,51 @@ WITH due AS (
 )
 SELECT operation_id FROM expired";
 
+/// `EXPIRE_APPROVALS` for one agent (`$3`), which Citus runs on one node.
+static EXPIRE_APPROVALS_OF_AGENT: LazyLock<String> = LazyLock::new(|| {
+    for_one_agent(
+        EXPIRE_APPROVALS,
+        &[
+            (
+                "WHERE status = 'AWAITING_APPROVAL' AND approval_expires_at <= now()",
+                "WHERE agent_id = $3 AND status = 'AWAITING_APPROVAL' AND approval_expires_at <= now()",
+            ),
+            (
+                "WHERE op.operation_id = due.operation_id",
+                "WHERE op.agent_id = $3 AND op.operation_id = due.operation_id",
+            ),
+        ],
+    )
+});
+
+const EXPIRED_APPROVAL_AGENTS: &str = "
+SELECT DISTINCT agent_id FROM operations
+WHERE status = 'AWAITING_APPROVAL' AND approval_expires_at <= now()
+LIMIT $1";
+
 impl Store {
     /// Fails up to `batch` operations whose approval expired; returns their ids.
     #[tracing::instrument(level = "debug", name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn expire_approvals(&self, actor: &str, batch: i64) -> Result<Vec<Uuid>, StoreError> {
         let client = self.client().await?;
-        let statement = client.prepare_cached(EXPIRE_APPROVALS).await?;
-        let rows = client.query(&statement, &[&actor, &batch]).await?;
-        Ok(rows.iter().map(|row| row.get("operation_id")).collect())
+        if !self.is_distributed().await? {
+            let statement = client.prepare_cached(EXPIRE_APPROVALS).await?;
+            let rows = client.query(&statement, &[&actor, &batch]).await?;
+            return Ok(rows.iter().map(|row| row.get("operation_id")).collect());
+        }
+        // On Citus, agent by agent (one node each) until the batch is full.
+        let agents = client.prepare_cached(EXPIRED_APPROVAL_AGENTS).await?;
+        let expire = client.prepare_cached(&EXPIRE_APPROVALS_OF_AGENT).await?;
+        let mut expired = Vec::new();
+        for row in client.query(&agents, &[&batch]).await? {
+            let agent: String = row.get(0);
+            let left = batch - expired.len() as i64;
+            if left <= 0 {
+                break;
+            }
+            let rows = client.query(&expire, &[&actor, &left, &agent]).await?;
+            expired.extend(rows.iter().map(|row| row.get::<_, Uuid>("operation_id")));
+        }
+        Ok(expired)
     }
 }

@@ -60,12 +60,19 @@ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
                WHERE logicalrelid::regclass::text = 'operations')";
 
 impl Store {
-    /// Whether the tables are distributed on Citus. Asked once, at a service's start:
-    /// a database distributed later needs its services restarted (docs/scale-out.md).
+    /// Whether the tables are distributed on Citus. Asked once per pool, when first
+    /// needed: a database distributed later needs its services restarted
+    /// (docs/scale-out.md).
     pub async fn is_distributed(&self) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        let has_catalog: bool = client.query_one(HAS_CITUS_CATALOG, &[]).await?.get(0);
-        Ok(has_catalog && client.query_one(DISTRIBUTED, &[]).await?.get(0))
+        let distributed = self
+            .distributed
+            .get_or_try_init(|| async {
+                let client = self.client().await?;
+                let has_catalog: bool = client.query_one(HAS_CITUS_CATALOG, &[]).await?.get(0);
+                Ok::<_, StoreError>(has_catalog && client.query_one(DISTRIBUTED, &[]).await?.get(0))
+            })
+            .await?;
+        Ok(*distributed)
     }
 
     /// The citus extension's version, or a clear error when the database has none.
@@ -185,6 +192,22 @@ async fn distribute(
         .chain(missing_distributed)
         .map(str::to_owned)
         .collect())
+}
+
+/// `statement` with each `(from, to)` applied once: the one-agent form of a statement
+/// that finds due rows across agents, so that Citus can run it on one node. Panics
+/// (at first use, in every test that runs it) when the statement no longer contains
+/// a `from`.
+pub(crate) fn for_one_agent(statement: &str, replacements: &[(&str, &str)]) -> String {
+    replacements
+        .iter()
+        .fold(statement.to_owned(), |sql, (from, to)| {
+            assert!(
+                sql.contains(from),
+                "the statement no longer contains {from:?}"
+            );
+            sql.replacen(from, to, 1)
+        })
 }
 
 struct Placement {

@@ -13,6 +13,7 @@ use tokio_postgres::Row;
 use crate::fenced::FencedWrite;
 use uuid::Uuid;
 
+use crate::citus::for_one_agent;
 use crate::error::StoreError;
 use crate::pool::Store;
 
@@ -125,33 +126,27 @@ static CLAIM_DUE_FROM: LazyLock<String> = LazyLock::new(|| {
 /// the one node that holds the agent's shard. Citus refuses `FOR UPDATE` in a query
 /// that spans shards.
 static CLAIM_DUE_FOR_AGENT: LazyLock<String> = LazyLock::new(|| {
-    let replacements = [
-        (
-            "JOIN operations op ON op.operation_id = o.operation_id",
-            "JOIN operations op ON op.operation_id = o.operation_id AND op.agent_id = $4",
-        ),
-        (
-            "WHERE o.available_at <= now()",
-            "WHERE o.agent_id = $4 AND o.available_at <= now()",
-        ),
-        (
-            "WHERE o.event_id = ANY (ARRAY(SELECT event_id FROM due))",
-            "WHERE o.agent_id = $4 AND o.event_id = ANY (ARRAY(SELECT event_id FROM due))",
-        ),
-        (
-            "WHERE op.operation_id = ANY (ARRAY(SELECT operation_id FROM events))",
-            "WHERE op.agent_id = $4 AND op.operation_id = ANY (ARRAY(SELECT operation_id FROM events))",
-        ),
-    ];
-    replacements
-        .iter()
-        .fold(CLAIM_DUE.to_owned(), |claim, (from, to)| {
-            assert!(
-                claim.contains(from),
-                "CLAIM_DUE no longer contains {from:?}"
-            );
-            claim.replacen(from, to, 1)
-        })
+    for_one_agent(
+        CLAIM_DUE,
+        &[
+            (
+                "JOIN operations op ON op.operation_id = o.operation_id",
+                "JOIN operations op ON op.operation_id = o.operation_id AND op.agent_id = $4",
+            ),
+            (
+                "WHERE o.available_at <= now()",
+                "WHERE o.agent_id = $4 AND o.available_at <= now()",
+            ),
+            (
+                "WHERE o.event_id = ANY (ARRAY(SELECT event_id FROM due))",
+                "WHERE o.agent_id = $4 AND o.event_id = ANY (ARRAY(SELECT event_id FROM due))",
+            ),
+            (
+                "WHERE op.operation_id = ANY (ARRAY(SELECT operation_id FROM events))",
+                "WHERE op.agent_id = $4 AND op.operation_id = ANY (ARRAY(SELECT operation_id FROM events))",
+            ),
+        ],
+    )
 });
 
 /// Agents with events due and unclaimed, in no particular order: on Citus, where the

@@ -45,6 +45,8 @@ impl Default for PoolSettings {
 #[derive(Clone)]
 pub struct Store {
     pub(crate) pool: Pool,
+    /// Whether the tables are distributed on Citus (`Store::is_distributed`).
+    pub(crate) distributed: std::sync::Arc<tokio::sync::OnceCell<bool>>,
 }
 
 impl Store {
@@ -90,7 +92,10 @@ impl Store {
             .recycle_timeout(Some(settings.acquire_timeout))
             .build()
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            distributed: Default::default(),
+        })
     }
 
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {

@@ -3,6 +3,7 @@
 //! one statement with their audit rows. Its outcome is written by
 //! `transition_with_fence` from RECONCILING.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -11,6 +12,7 @@ use rust_decimal::Decimal;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::citus::for_one_agent;
 use crate::error::StoreError;
 use crate::execution::millis;
 use crate::pool::Store;
@@ -80,9 +82,38 @@ WITH due_unknown AS (
 )
 SELECT * FROM claimed";
 
+/// `CLAIM_DUE_RECONCILIATIONS` for one agent (`$4`), which Citus runs on one node.
+static CLAIM_DUE_RECONCILIATIONS_OF_AGENT: LazyLock<String> = LazyLock::new(|| {
+    for_one_agent(
+        CLAIM_DUE_RECONCILIATIONS,
+        &[
+            (
+                "WHERE status = 'UNKNOWN' AND",
+                "WHERE agent_id = $4 AND status = 'UNKNOWN' AND",
+            ),
+            (
+                "WHERE status = 'RECONCILING' AND",
+                "WHERE agent_id = $4 AND status = 'RECONCILING' AND",
+            ),
+            (
+                "WHERE op.operation_id = due.operation_id",
+                "WHERE op.agent_id = $4 AND op.operation_id = due.operation_id",
+            ),
+        ],
+    )
+});
+
+/// Agents with operations the reconciler would claim (on Citus, the agents to claim for).
+const DUE_RECONCILIATION_AGENTS: &str = "
+SELECT DISTINCT agent_id FROM operations
+WHERE (status = 'UNKNOWN' AND (next_attempt_at IS NULL OR next_attempt_at <= now()))
+   OR (status = 'RECONCILING' AND lease_expires_at < now())
+LIMIT $1";
+
 impl Store {
     /// Claims up to `batch` due UNKNOWN operations plus up to `batch` abandoned
-    /// RECONCILING ones, each under a lease with a new fencing token.
+    /// RECONCILING ones, each under a lease with a new fencing token. On Citus, agent
+    /// by agent, until the batch is full.
     #[tracing::instrument(level = "debug", name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn claim_due_reconciliations(
         &self,
@@ -91,11 +122,32 @@ impl Store {
         batch: i64,
     ) -> Result<Vec<ClaimedReconciliation>, StoreError> {
         let client = self.client().await?;
-        let statement = client.prepare_cached(CLAIM_DUE_RECONCILIATIONS).await?;
-        let rows = client
-            .query(&statement, &[&owner, &millis(lease), &batch])
+        if !self.is_distributed().await? {
+            let statement = client.prepare_cached(CLAIM_DUE_RECONCILIATIONS).await?;
+            let rows = client
+                .query(&statement, &[&owner, &millis(lease), &batch])
+                .await?;
+            return rows.iter().map(claimed_from_row).collect();
+        }
+        let agents = client.prepare_cached(DUE_RECONCILIATION_AGENTS).await?;
+        let claim = client
+            .prepare_cached(&CLAIM_DUE_RECONCILIATIONS_OF_AGENT)
             .await?;
-        rows.iter().map(claimed_from_row).collect()
+        let mut claimed = Vec::new();
+        for row in client.query(&agents, &[&batch]).await? {
+            let agent: String = row.get(0);
+            let left = batch - claimed.len() as i64;
+            if left <= 0 {
+                break;
+            }
+            let rows = client
+                .query(&claim, &[&owner, &millis(lease), &left, &agent])
+                .await?;
+            for row in &rows {
+                claimed.push(claimed_from_row(row)?);
+            }
+        }
+        Ok(claimed)
     }
 }
 
