@@ -323,3 +323,91 @@ async fn the_reconciler_resolves_unknown_payments_on_every_worker() {
     drop(sql);
     cluster.drop_everywhere().await;
 }
+
+/// Registrations from agents on both workers at once, through an intake with group
+/// commit on (its default): each commits on its agent's node, so the coordinator
+/// prepares no two-phase transaction. A replay answers the first operation, a reused
+/// key with another request is refused, both without writing, as on one PostgreSQL.
+/// Needs a coordinator started with `citus.recover_2pc_interval = -1`, so that
+/// nothing clears the record of prepared transactions while the test reads it.
+#[tokio::test]
+async fn registrations_commit_on_one_node_and_replays_answer_as_on_postgres() {
+    let Some((cluster, db)) = CitusDb::migrated(
+        "registrations_commit_on_one_node_and_replays_answer_as_on_postgres",
+        8,
+    )
+    .await
+    else {
+        return;
+    };
+    let sql = db.sql().await;
+    let interval: String = sql
+        .query_one("SELECT current_setting('citus.recover_2pc_interval')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        interval, "-1",
+        "start the coordinator with citus.recover_2pc_interval = -1 (docs/scale-out.md)"
+    );
+    let intake = Intake::start(&db.url).await;
+    let agents = agents_on_every_worker(&sql, 2).await;
+    // (Creating an agent writes a reference table, on every node: two phases.)
+    let keys: Vec<String> = agents
+        .iter()
+        .map(|agent| db.create_agent(agent, &["--allow", "payment"]))
+        .collect();
+    let prepared = "SELECT count(*) FROM pg_dist_transaction";
+    let before: i64 = sql.query_one(prepared, &[]).await.unwrap().get(0);
+    let http = reqwest::Client::new();
+    let sends = keys.iter().enumerate().flat_map(|(n, key)| {
+        (0..10).map({
+            let (http, base) = (http.clone(), intake.base_url.clone());
+            move |i| {
+                let (http, base, key) = (http.clone(), base.clone(), key.clone());
+                async move {
+                    send_payment(&http, &base, &key, "cus_2pc", &format!("one-node-{n}-{i}")).await
+                }
+            }
+        })
+    });
+    let answers = futures_util::future::join_all(sends).await;
+    assert!(
+        answers.iter().all(|a| a.status == 201 || a.status == 202),
+        "statuses: {:?}",
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    let after: i64 = sql.query_one(prepared, &[]).await.unwrap().get(0);
+    assert_eq!(
+        after, before,
+        "registrations prepared two-phase transactions"
+    );
+
+    let replay = send_payment(&http, &intake.base_url, &keys[0], "cus_2pc", "one-node-0-0").await;
+    assert!(replay.replayed, "status {}", replay.status);
+    assert_eq!(replay.operation_id, answers[0].operation_id);
+    let reused = http
+        .post(format!("{}/agent/operations/payment", intake.base_url))
+        .bearer_auth(&keys[0])
+        .header("Idempotency-Key", "one-node-0-0")
+        .json(&opgate_e2e::api::payment_body(
+            "cus_2pc",
+            "another-invoice",
+            "99.00",
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reused.status(), 422);
+    let stored: i64 = sql
+        .query_one("SELECT count(*) FROM operations", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        stored, 40,
+        "one operation per key, nothing for the replay or the reuse"
+    );
+    drop(sql);
+    cluster.drop_everywhere().await;
+}

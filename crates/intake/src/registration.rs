@@ -257,7 +257,12 @@ async fn write(
                 }
             }
         }
-        (None, Some(batcher)) if awaiting_approval_for.is_none() => {
+        // Group commit batches registrations of many agents into one statement: on
+        // Citus that would be a distributed commit over several nodes, so there each
+        // registration commits alone, on its agent's node (docs/scale-out.md).
+        (None, Some(batcher))
+            if awaiting_approval_for.is_none() && !state.store.is_distributed().await? =>
+        {
             batcher.submit(PendingRegistration::from_new(&new)).await?
         }
         (None, _) => state.store.register_operation(&new).await?,

@@ -58,8 +58,10 @@ impl Store {
     /// Fails up to `batch` operations whose approval expired; returns their ids.
     #[tracing::instrument(level = "debug", name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn expire_approvals(&self, actor: &str, batch: i64) -> Result<Vec<Uuid>, StoreError> {
+        // Before the connection: the first call takes one of its own.
+        let distributed = self.is_distributed().await?;
         let client = self.client().await?;
-        if !self.is_distributed().await? {
+        if !distributed {
             let statement = client.prepare_cached(EXPIRE_APPROVALS).await?;
             let rows = client.query(&statement, &[&actor, &batch]).await?;
             return Ok(rows.iter().map(|row| row.get("operation_id")).collect());

@@ -80,6 +80,7 @@ impl Store {
             .request
             .money()
             .ok_or_else(|| StoreError::Corrupt("a budgeted operation without money".into()))?;
+        let layout = self.layout().await?;
         let mut client = self.client().await?;
         let transaction = client.transaction().await?;
         transaction.execute(LOCK_AGENT, &[&new.agent_id]).await?;
@@ -119,6 +120,7 @@ impl Store {
             new.provider,
             money,
             None,
+            layout,
         )
         .await?;
         let Some(row) = inserted else {

@@ -13,6 +13,7 @@
 
 use crate::error::StoreError;
 use crate::migrate::{MIGRATION_LOCK_ID, RELEASE_LOCK, TAKE_LOCK};
+use crate::operations::Layout;
 use crate::pool::Store;
 
 /// A copy on every node: read with every operation, written rarely.
@@ -73,6 +74,14 @@ impl Store {
             })
             .await?;
         Ok(*distributed)
+    }
+
+    /// `is_distributed`, as the registration statements take it.
+    pub(crate) async fn layout(&self) -> Result<Layout, StoreError> {
+        Ok(match self.is_distributed().await? {
+            true => Layout::Distributed,
+            false => Layout::Single,
+        })
     }
 
     /// The citus extension's version, or a clear error when the database has none.

@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use opgate_domain::{IdempotencyKey, OperationRequest, OperationStatus, RequestHash};
 use rust_decimal::Decimal;
+use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -65,17 +66,41 @@ macro_rules! operation_columns {
 }
 pub(crate) use operation_columns;
 
-/// `ON CONFLICT DO NOTHING` makes a concurrent duplicate wait for the first insert to
-/// commit and then insert nothing; the outbox and audit rows are written only for a
-/// row this statement inserted. No check-then-insert, no NOTIFY in the transaction.
-pub(crate) const REGISTER_OPERATION: &str = concat!(
-    "WITH inserted AS (
-        INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type,
+/// The operation row, or nothing when the agent's key is taken ($1..$8, $10..$12; $9,
+/// the actor, is the audit row's): `ON CONFLICT DO NOTHING` makes a concurrent
+/// duplicate wait for the first insert to commit and then insert nothing.
+macro_rules! insert_operation_row {
+    () => {
+        "INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type,
                                 provider, request_hash, request_payload, trace_context,
                                 amount, currency, parent_operation_id, customer_id)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $7::jsonb->>'customer_id')
         ON CONFLICT (agent_id, idempotency_key) DO NOTHING
-        RETURNING ",
+        RETURNING "
+    };
+}
+
+/// `insert_operation_row` for an operation that waits for an operator: registered as
+/// AWAITING_APPROVAL with the time its approval expires ($13 ms from now).
+macro_rules! insert_awaiting_row {
+    () => {
+        "INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type,
+                                provider, request_hash, request_payload, trace_context,
+                                amount, currency, parent_operation_id, customer_id, status,
+                                approval_expires_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $7::jsonb->>'customer_id',
+                'AWAITING_APPROVAL', now() + $13::float8 * interval '1 millisecond')
+        ON CONFLICT (agent_id, idempotency_key) DO NOTHING
+        RETURNING "
+    };
+}
+
+/// The row, its outbox event and its audit event in one statement: the outbox and
+/// audit rows are written only for a row this statement inserted. No
+/// check-then-insert, no NOTIFY in the transaction.
+pub(crate) const REGISTER_OPERATION: &str = concat!(
+    "WITH inserted AS (",
+    insert_operation_row!(),
     operation_columns!(),
     ", trace_context
     ), outbox_event AS (
@@ -90,19 +115,11 @@ pub(crate) const REGISTER_OPERATION: &str = concat!(
     " FROM inserted"
 );
 
-/// `REGISTER_OPERATION` for an operation that waits for an operator: registered as
-/// AWAITING_APPROVAL with the time its approval expires ($13 ms from now), and no
-/// outbox event, so that nothing can claim it before the approval enqueues it.
+/// `REGISTER_OPERATION` for an operation that waits for an operator: no outbox event,
+/// so that nothing can claim it before the approval enqueues it.
 pub(crate) const REGISTER_AWAITING_APPROVAL: &str = concat!(
-    "WITH inserted AS (
-        INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type,
-                                provider, request_hash, request_payload, trace_context,
-                                amount, currency, parent_operation_id, customer_id, status,
-                                approval_expires_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $7::jsonb->>'customer_id',
-                'AWAITING_APPROVAL', now() + $13::float8 * interval '1 millisecond')
-        ON CONFLICT (agent_id, idempotency_key) DO NOTHING
-        RETURNING ",
+    "WITH inserted AS (",
+    insert_awaiting_row!(),
     operation_columns!(),
     "
     ), audit_event AS (
@@ -113,6 +130,33 @@ pub(crate) const REGISTER_AWAITING_APPROVAL: &str = concat!(
     operation_columns!(),
     " FROM inserted"
 );
+
+/// On Citus, the same writes as separate statements in the caller's transaction:
+/// Citus runs a statement whose CTEs insert from one another as several, over several
+/// connections, and commits them in two phases; these, each naming the agent, go to
+/// the one node that holds it, which commits alone.
+const INSERT_OPERATION_ROW: &str = concat!(insert_operation_row!(), operation_columns!());
+const INSERT_AWAITING_ROW: &str = concat!(insert_awaiting_row!(), operation_columns!());
+const INSERT_OUTBOX_EVENT: &str = "
+INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
+VALUES ($1, $2, 'execute', $3)";
+const INSERT_REGISTERED_EVENT: &str = "
+INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
+VALUES ($1, $2, NULL, $3, $4, $5)";
+
+/// The types of `insert_operation_row`'s parameters up to $9, which it does not use
+/// (so that the statements share one parameter list).
+const ROW_PARAMETER_TYPES: [Type; 9] = [
+    Type::UUID,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::JSONB,
+    Type::TEXT,
+    Type::TEXT,
+];
 
 pub(crate) const FIND_BY_IDEMPOTENCY_KEY: &str = concat!(
     "SELECT ",
@@ -140,18 +184,29 @@ impl Store {
         &self,
         new: &NewOperation<'_>,
     ) -> Result<Registration, StoreError> {
-        let client = self.client().await?;
+        // Before the connection: the first call takes one of its own.
+        let layout = self.layout().await?;
+        let mut client = self.client().await?;
         let request_hash = new.request.request_hash();
-        let money = new.request.money();
-        let inserted = insert_operation(
-            &client,
-            new,
-            new.request.fields(),
-            new.provider,
-            money.map(|m| (m.amount(), m.currency().code().to_owned())),
-            None,
-        )
-        .await?;
+        let money = new
+            .request
+            .money()
+            .map(|m| (m.amount(), m.currency().code().to_owned()));
+        let (payload, provider) = (new.request.fields(), new.provider);
+        let inserted = match layout {
+            Layout::Single => {
+                insert_operation(&client, new, payload, provider, money, None, Layout::Single)
+                    .await?
+            }
+            layout => {
+                let transaction = client.transaction().await?;
+                let inserted =
+                    insert_operation(&transaction, new, payload, provider, money, None, layout)
+                        .await?;
+                transaction.commit().await?;
+                inserted
+            }
+        };
         if let Some(row) = inserted {
             return Ok(Registration::Created(operation_from_row(&row)?));
         }
@@ -246,6 +301,7 @@ pub(crate) async fn insert_operation<C: deadpool_postgres::GenericClient>(
     provider: &str,
     money: Option<(Decimal, String)>,
     parent_operation_id: Option<Uuid>,
+    layout: Layout,
 ) -> Result<Option<Row>, StoreError> {
     let actor = format!("intake:agent/{}", new.agent_id);
     let (amount, currency) = money.unzip();
@@ -267,15 +323,66 @@ pub(crate) async fn insert_operation<C: deadpool_postgres::GenericClient>(
         &currency,
         &parent_operation_id,
     ];
-    let statement = match &expires_in {
-        Some(millis) => {
-            params.push(millis);
-            REGISTER_AWAITING_APPROVAL
-        }
+    if let Some(millis) = &expires_in {
+        params.push(millis);
+    }
+    if layout == Layout::Distributed {
+        return insert_operation_on_one_node(client, new, &params, &actor).await;
+    }
+    let statement = match expires_in {
+        Some(_) => REGISTER_AWAITING_APPROVAL,
         None => REGISTER_OPERATION,
     };
     let register = client.prepare_cached(statement).await?;
     Ok(client.query_opt(&register, &params).await?)
+}
+
+/// `insert_operation` on Citus (`INSERT_OPERATION_ROW`): the caller's transaction
+/// makes the three writes one.
+async fn insert_operation_on_one_node<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    new: &NewOperation<'_>,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    actor: &str,
+) -> Result<Option<Row>, StoreError> {
+    let awaiting = new.awaiting_approval_for.is_some();
+    let statement = if awaiting {
+        INSERT_AWAITING_ROW
+    } else {
+        INSERT_OPERATION_ROW
+    };
+    let insert = client
+        .prepare_typed_cached(statement, &ROW_PARAMETER_TYPES)
+        .await?;
+    let Some(row) = client.query_opt(&insert, params).await? else {
+        return Ok(None);
+    };
+    let status: String = row.get("status");
+    let reason = if awaiting {
+        "registered; awaiting approval"
+    } else {
+        client
+            .execute(
+                INSERT_OUTBOX_EVENT,
+                &[&new.operation_id, &new.agent_id, &new.trace_context],
+            )
+            .await?;
+        "registered"
+    };
+    client
+        .execute(
+            INSERT_REGISTERED_EVENT,
+            &[&new.operation_id, &new.agent_id, &status, &actor, &reason],
+        )
+        .await?;
+    Ok(Some(row))
+}
+
+/// Whether the tables are distributed on Citus (`Store::layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    Single,
+    Distributed,
 }
 
 pub(crate) fn operation_from_row(row: &Row) -> Result<OperationRecord, StoreError> {

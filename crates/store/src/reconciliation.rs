@@ -121,8 +121,10 @@ impl Store {
         lease: Duration,
         batch: i64,
     ) -> Result<Vec<ClaimedReconciliation>, StoreError> {
+        // Before the connection: the first call takes one of its own.
+        let distributed = self.is_distributed().await?;
         let client = self.client().await?;
-        if !self.is_distributed().await? {
+        if !distributed {
             let statement = client.prepare_cached(CLAIM_DUE_RECONCILIATIONS).await?;
             let rows = client
                 .query(&statement, &[&owner, &millis(lease), &batch])

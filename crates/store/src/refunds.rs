@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::error::StoreError;
 use crate::operations::{
-    insert_operation, operation_from_row, NewOperation, OperationRecord, Registration,
+    insert_operation, operation_from_row, Layout, NewOperation, OperationRecord, Registration,
     FIND_BY_IDEMPOTENCY_KEY,
 };
 use crate::pool::Store;
@@ -61,9 +61,10 @@ impl Store {
         &self,
         refund: &NewRefund<'_>,
     ) -> Result<RefundRegistration, StoreError> {
+        let layout = self.layout().await?;
         let mut client = self.client().await?;
         let transaction = client.transaction().await?;
-        let answer = register_in(&transaction, refund).await?;
+        let answer = register_in(&transaction, refund, layout).await?;
         match &answer {
             RefundRegistration::Registered(Registration::Created(_)) => {
                 transaction.commit().await?
@@ -77,6 +78,7 @@ impl Store {
 async fn register_in(
     transaction: &Transaction<'_>,
     refund: &NewRefund<'_>,
+    layout: Layout,
 ) -> Result<RefundRegistration, StoreError> {
     let Some(payment) = transaction
         .query_opt(
@@ -139,7 +141,16 @@ async fn register_in(
     };
     let money = Some((amount, currency));
     let parent = Some(refund.payment_operation_id);
-    let inserted = insert_operation(transaction, &new, &payload, &provider, money, parent).await?;
+    let inserted = insert_operation(
+        transaction,
+        &new,
+        &payload,
+        &provider,
+        money,
+        parent,
+        layout,
+    )
+    .await?;
     let Some(row) = inserted else {
         // The key was taken meanwhile by something other than a refund of this payment.
         let existing = find_by_key(transaction, refund)
