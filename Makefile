@@ -8,7 +8,7 @@ WITH_PG := scripts/with-postgres.sh
 TEST_PG_SETTINGS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 
 .PHONY: build test python-tools deploy-tools deploy-check readme-check up down mutants \
-	run lint fmt clean-pg bench bench-quick bench-queue-health bench-telemetry test-citus
+	run lint fmt clean-pg bench bench-quick bench-queue-health bench-telemetry bench-citus test-citus
 
 build:
 	$(CARGO) build --workspace --bins
@@ -81,6 +81,12 @@ bench-quick:
 bench-queue-health:
 	$(CARGO) build --release --workspace --bins
 	$(WITH_PG) bench/queue-health.sh 15000
+
+## bench-citus: intake and the drain on a Citus coordinator beside one PostgreSQL, in
+## one run (OPGATE_BENCH_CITUS_URL: a database on the coordinator; docs/scale-out.md).
+bench-citus:
+	$(CARGO) build --release --workspace --bins
+	$(WITH_PG) bench/citus.sh
 
 ## bench-telemetry: what OTLP export costs intake, as a ratio to OTEL_* unset (needs wrk).
 bench-telemetry:

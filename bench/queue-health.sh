@@ -68,14 +68,20 @@ drain_once() {
     'BEGIN { printf "{\"scenario\": \"queue_health_drain\", \"flags\": \"%s\", \"flag_set\": \"%s\", \"snapshot\": \"%s\", \"operations\": %d, \"seconds\": %.3f, \"operations_per_s\": %.1f, \"outbox_kib_after\": %d}\n", f, l, h, n, b - a, n / (b - a), k }'
 }
 
-# Each pair run back to back, so that what the database is doing in the background
-# (autovacuum of the tables earlier scenarios filled, say) weighs on both alike.
+# Each flag set's drains run free, held, held, free, back to back: what the database
+# does in the background (autovacuum of tables earlier scenarios filled, a checkpoint)
+# drifts over a minute, and this order weighs it on both alike; the report compares
+# the means.
 tuned=(--concurrency 256 --batch-size 32 --claimers 4 --poll-interval 100ms)
-for held in free held; do
+# A first drain on a new database is slower (caches, the first of everything): one
+# unrecorded, so that it is not the first free one.
+log "queue health: warming up"
+drain_once warmup free >/dev/null
+for held in free held held free; do
   log "queue health: $drain_n payments, default flags, snapshot $held"
   drain_once defaults "$held"
 done
-for held in free held; do
+for held in free held held free; do
   log "queue health: $drain_n payments, tuned flags (${tuned[*]}), snapshot $held"
   drain_once tuned "$held" "${tuned[@]}"
 done

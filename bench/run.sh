@@ -67,6 +67,17 @@ single_base=${single#intake listening on }
 
 loadgen() { "$bin/loadgen" --url "$base" --key "$key" --json --warmup "${warm}s" "$@"; }
 
+# Queue health first, on the empty database, as when it runs alone: the default flags
+# beside tuned ones, free and behind a held snapshot. Run after the scenarios below,
+# it measured their leftovers instead (autovacuum of hundreds of thousands of rows,
+# tables and indexes past shared_buffers): one drain or another slowed by 30-50 %,
+# in either direction.
+log "queue health: $health_n payments per drain"
+SIM_URL=$sim_url "$root/bench/queue-health.sh" "$health_n" "$bin" >"$out/queue-health.jsonl"
+while read -r line; do record "$line"; done <"$out/queue-health.jsonl"
+# The scenarios below start from empty tables, as they did before it.
+sql "TRUNCATE operation_events, outbox, operations" >/dev/null
+
 for clients in 8 32 64; do
   log "intake, new operations, $clients clients (group commit, then one transaction per request)"
   opgate_json=$(loadgen --scenario new --concurrency "$clients" --duration "${dur}s" --run-id "new-$clients")
@@ -123,9 +134,6 @@ for config in "1 32 true" "2 32 true" "1 8 true" "1 8 true 1" "1 1 true" "1 32 f
   record "$(drain $config)"
 done
 
-# Queue health: the default flags beside tuned ones, free and behind a held snapshot.
-SIM_URL=$sim_url "$root/bench/queue-health.sh" "$health_n" "$bin" >"$out/queue-health.jsonl"
-while read -r line; do record "$line"; done <"$out/queue-health.jsonl"
 
 # The drain's pair: pgbench running the executor's own claim (of BATCH events) and its
 # fenced multi-row completion of them, one transaction, 8 clients; timed like the
