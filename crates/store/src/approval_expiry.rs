@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use uuid::Uuid;
 
-use crate::citus::for_one_agent;
+use crate::citus::{agent_by_agent, for_one_agent};
 use crate::error::StoreError;
 use crate::pool::Store;
 
@@ -66,19 +66,14 @@ impl Store {
             let rows = client.query(&statement, &[&actor, &batch]).await?;
             return Ok(rows.iter().map(|row| row.get("operation_id")).collect());
         }
-        // On Citus, agent by agent (one node each) until the batch is full.
-        let agents = client.prepare_cached(EXPIRED_APPROVAL_AGENTS).await?;
-        let expire = client.prepare_cached(&EXPIRE_APPROVALS_OF_AGENT).await?;
-        let mut expired = Vec::new();
-        for row in client.query(&agents, &[&batch]).await? {
-            let agent: String = row.get(0);
-            let left = batch - expired.len() as i64;
-            if left <= 0 {
-                break;
-            }
-            let rows = client.query(&expire, &[&actor, &left, &agent]).await?;
-            expired.extend(rows.iter().map(|row| row.get::<_, Uuid>("operation_id")));
-        }
-        Ok(expired)
+        let rows = agent_by_agent(
+            &client,
+            EXPIRED_APPROVAL_AGENTS,
+            &EXPIRE_APPROVALS_OF_AGENT,
+            &[&actor],
+            batch,
+        )
+        .await?;
+        Ok(rows.iter().map(|row| row.get("operation_id")).collect())
     }
 }

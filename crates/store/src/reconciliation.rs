@@ -12,7 +12,7 @@ use rust_decimal::Decimal;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use crate::citus::for_one_agent;
+use crate::citus::{agent_by_agent, for_one_agent};
 use crate::error::StoreError;
 use crate::execution::millis;
 use crate::pool::Store;
@@ -131,25 +131,15 @@ impl Store {
                 .await?;
             return rows.iter().map(claimed_from_row).collect();
         }
-        let agents = client.prepare_cached(DUE_RECONCILIATION_AGENTS).await?;
-        let claim = client
-            .prepare_cached(&CLAIM_DUE_RECONCILIATIONS_OF_AGENT)
-            .await?;
-        let mut claimed = Vec::new();
-        for row in client.query(&agents, &[&batch]).await? {
-            let agent: String = row.get(0);
-            let left = batch - claimed.len() as i64;
-            if left <= 0 {
-                break;
-            }
-            let rows = client
-                .query(&claim, &[&owner, &millis(lease), &left, &agent])
-                .await?;
-            for row in &rows {
-                claimed.push(claimed_from_row(row)?);
-            }
-        }
-        Ok(claimed)
+        let rows = agent_by_agent(
+            &client,
+            DUE_RECONCILIATION_AGENTS,
+            &CLAIM_DUE_RECONCILIATIONS_OF_AGENT,
+            &[&owner, &millis(lease)],
+            batch,
+        )
+        .await?;
+        rows.iter().map(claimed_from_row).collect()
     }
 }
 
