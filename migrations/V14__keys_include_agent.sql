@@ -12,8 +12,10 @@
 -- column, which Citus cannot distribute; it counts on from where the identity was.
 --
 -- Expand-only for running binaries: no column, name or default a statement uses
--- changes. The tables are locked at the start, in the order every writer takes them,
--- so that a migration under load waits rather than deadlocks halfway.
+-- changes. The tables are locked at the start, all at once: a migration under load
+-- waits there, and if it meets a running statement that holds one of them and waits
+-- for another, the migration's lock_timeout (half of deadlock_timeout) rolls it back
+-- and it runs again, before PostgreSQL would pick a victim (crates/store/src/migrate.rs).
 
 LOCK TABLE operations, outbox, operation_events IN ACCESS EXCLUSIVE MODE;
 

@@ -28,19 +28,37 @@ impl Store {
         // connection goes back to the pool.
         client.batch_execute("SET statement_timeout = 0").await?;
         client.execute(TAKE_LOCK, &[&MIGRATION_LOCK_ID]).await?;
+        // Waiting on a table lock, a migration gives way before PostgreSQL looks for a
+        // deadlock: if it and a running statement wait on each other, the migration is
+        // the one rolled back (and run again), never the services' transaction.
+        let deadlock_timeout: i32 = client.query_one(DEADLOCK_TIMEOUT_MS, &[]).await?.get(0);
+        let lock_timeout = (deadlock_timeout / 2).max(1);
+        client
+            .batch_execute(&format!("SET lock_timeout = {lock_timeout}"))
+            .await?;
         let outcome = run_retrying_lock_races(&mut client, target).await;
+        client.batch_execute("RESET lock_timeout").await?;
         client.execute(RELEASE_LOCK, &[&MIGRATION_LOCK_ID]).await?;
         client.batch_execute("RESET statement_timeout").await?;
         outcome
     }
 }
 
-/// How many times a migration that lost a lock race with running services is tried.
-const MIGRATION_ATTEMPTS: u32 = 5;
+pub(crate) const DEADLOCK_TIMEOUT_MS: &str =
+    "SELECT setting::int FROM pg_settings WHERE name = 'deadlock_timeout'";
 
-/// Runs the pending migrations; one that PostgreSQL chose as a deadlock victim (a
-/// migration that alters two tables can meet a running statement that locks them in
-/// the other order: V13 does) was rolled back whole, and is run again after a pause.
+/// How many times a migration that lost a lock race with running services is tried:
+/// with the pauses between them, about a minute of retries before it reports which
+/// lock it could not take.
+const MIGRATION_ATTEMPTS: u32 = 40;
+
+/// The pause after a lost lock race grows with the attempt, up to this.
+const LONGEST_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Runs the pending migrations; one that gave up waiting on a lock (a migration that
+/// alters two tables can meet a running statement that locks them in the other order:
+/// V13 and V14 do) or was chosen as a deadlock victim was rolled back whole, and is run
+/// again after a pause.
 async fn run_retrying_lock_races(
     client: &mut tokio_postgres::Client,
     target: Option<u32>,
@@ -57,8 +75,8 @@ async fn run_retrying_lock_races(
             Err(error) if attempt < MIGRATION_ATTEMPTS && lost_lock_race(&error) => {
                 applied += error.report().map_or(0, |r| r.applied_migrations().len());
                 tracing::warn!(attempt, "a migration lost a lock race with a running statement and was rolled back; running it again");
-                tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(attempt)))
-                    .await;
+                let pause = std::time::Duration::from_millis(100 * u64::from(attempt));
+                tokio::time::sleep(pause.min(LONGEST_PAUSE)).await;
                 attempt += 1;
             }
             Err(error) => return Err(StoreError::Migration(with_causes(&error))),
