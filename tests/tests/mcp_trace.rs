@@ -37,14 +37,26 @@ async fn a_tool_call_continues_the_agents_trace_through_the_executor() {
         .wait_for_status(id.parse().unwrap(), "SUCCEEDED", SETTLE)
         .await;
 
+    // A span is exported when it ends, in batches: a parent ends after its children
+    // and may come in a later batch, so wait for the named spans themselves.
     let spans = receiver
-        .wait_for_spans(SETTLE, "intake and executor spans", |spans| {
-            ["intake", "executor"].iter().all(|service| {
-                spans
-                    .iter()
-                    .any(|s| s.service_name == *service && s.trace_id == agent_trace)
-            })
-        })
+        .wait_for_spans(
+            SETTLE,
+            "the tool call's and the executor's spans",
+            |spans| {
+                [
+                    ("intake", "tools/call request_payment"),
+                    ("intake", "INSERT operations"),
+                    ("executor", "process operation"),
+                ]
+                .iter()
+                .all(|(service, name)| {
+                    spans.iter().any(|s| {
+                        s.service_name == *service && s.name == *name && s.trace_id == agent_trace
+                    })
+                })
+            },
+        )
         .await;
     let call = spans
         .iter()
