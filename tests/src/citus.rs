@@ -3,6 +3,7 @@
 //! database, so each test's database is created on the coordinator and on every
 //! worker, given the extension, and has the workers added.
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use tokio_postgres::{Config, NoTls};
@@ -138,6 +139,55 @@ impl CitusDb {
     pub async fn client(&self) -> tokio_postgres::Client {
         connect(&Config::from_str(&self.url).expect("test database URL")).await
     }
+}
+
+/// `per_worker` agent names whose shards are on each worker: names hash to shards
+/// unevenly, and the test is about operations spread over nodes.
+pub async fn agents_on_every_worker(
+    sql: &tokio_postgres::Client,
+    per_worker: usize,
+) -> Vec<String> {
+    let mut by_node: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    for n in 0..200 {
+        let agent = format!("citus-agent-{n}");
+        let node: i32 = sql
+            .query_one(
+                "SELECT nodeport FROM pg_dist_shard_placement
+                 WHERE shardid = get_shard_id_for_distribution_column('operations', $1::text)",
+                &[&agent],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        let agents = by_node.entry(node).or_default();
+        if agents.len() < per_worker {
+            agents.push(agent);
+        }
+    }
+    assert!(
+        by_node.len() >= 2,
+        "every agent name hashed to one node: {by_node:?}"
+    );
+    by_node.into_values().flatten().collect()
+}
+
+/// How many two-phase transactions the coordinator has recorded. Only meaningful on a
+/// coordinator started with `citus.recover_2pc_interval = -1`, where nothing clears the
+/// record while a test reads it: asserted here.
+pub async fn prepared_transactions(sql: &tokio_postgres::Client) -> i64 {
+    let interval: String = sql
+        .query_one("SELECT current_setting('citus.recover_2pc_interval')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        interval, "-1",
+        "start the coordinator with citus.recover_2pc_interval = -1 (docs/scale-out.md)"
+    );
+    sql.query_one("SELECT count(*) FROM pg_dist_transaction", &[])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 fn host_and_port(config: &Config) -> (String, u16) {

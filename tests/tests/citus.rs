@@ -9,7 +9,7 @@ use std::time::Duration;
 use opgate_e2e::agent_load::{
     assert_all_succeed, assert_charged_once_each, send_payment, stored_ids,
 };
-use opgate_e2e::citus::CitusDb;
+use opgate_e2e::citus::{agents_on_every_worker, prepared_transactions, CitusDb};
 use opgate_e2e::db::empty_database;
 use opgate_e2e::{eventually, opgate, Executor, Intake, ProviderSim};
 
@@ -245,33 +245,6 @@ async fn payments_through_the_coordinator_are_charged_exactly_once() {
     cluster.drop_everywhere().await;
 }
 
-/// `per_worker` agent names whose shards are on each worker: names hash to shards
-/// unevenly, and the test is about operations spread over nodes.
-async fn agents_on_every_worker(sql: &tokio_postgres::Client, per_worker: usize) -> Vec<String> {
-    let mut by_node: BTreeMap<i32, Vec<String>> = BTreeMap::new();
-    for n in 0..200 {
-        let agent = format!("citus-agent-{n}");
-        let node: i32 = sql
-            .query_one(
-                "SELECT nodeport FROM pg_dist_shard_placement
-                 WHERE shardid = get_shard_id_for_distribution_column('operations', $1::text)",
-                &[&agent],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        let agents = by_node.entry(node).or_default();
-        if agents.len() < per_worker {
-            agents.push(agent);
-        }
-    }
-    assert!(
-        by_node.len() >= 2,
-        "every agent name hashed to one node: {by_node:?}"
-    );
-    by_node.into_values().flatten().collect()
-}
-
 /// The reconciler's claim on Citus: every answer lost after the provider committed, no
 /// keyed retries, so every payment is UNKNOWN until the reconciler finds it, agent by
 /// agent, on both workers.
@@ -341,15 +314,6 @@ async fn registrations_commit_on_one_node_and_replays_answer_as_on_postgres() {
         return;
     };
     let sql = db.sql().await;
-    let interval: String = sql
-        .query_one("SELECT current_setting('citus.recover_2pc_interval')", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(
-        interval, "-1",
-        "start the coordinator with citus.recover_2pc_interval = -1 (docs/scale-out.md)"
-    );
     let intake = Intake::start(&db.url).await;
     let agents = agents_on_every_worker(&sql, 2).await;
     // (Creating an agent writes a reference table, on every node: two phases.)
@@ -357,8 +321,7 @@ async fn registrations_commit_on_one_node_and_replays_answer_as_on_postgres() {
         .iter()
         .map(|agent| db.create_agent(agent, &["--allow", "payment"]))
         .collect();
-    let prepared = "SELECT count(*) FROM pg_dist_transaction";
-    let before: i64 = sql.query_one(prepared, &[]).await.unwrap().get(0);
+    let before = prepared_transactions(&sql).await;
     let http = reqwest::Client::new();
     let sends = keys.iter().enumerate().flat_map(|(n, key)| {
         (0..10).map({
@@ -377,7 +340,7 @@ async fn registrations_commit_on_one_node_and_replays_answer_as_on_postgres() {
         "statuses: {:?}",
         answers.iter().map(|a| a.status).collect::<Vec<_>>()
     );
-    let after: i64 = sql.query_one(prepared, &[]).await.unwrap().get(0);
+    let after = prepared_transactions(&sql).await;
     assert_eq!(
         after, before,
         "registrations prepared two-phase transactions"

@@ -167,7 +167,20 @@ async fn a_stale_write_while_the_new_owner_holds_the_lease_is_refused_by_the_tok
     .await;
     // Its lease ends while it is stopped, as a lease runs out under a long stall:
     // released with the store's own statement rather than waited out.
-    stack.db.store.release_lease(id, stale_token).await.unwrap();
+    let agent_id = stack
+        .db
+        .store
+        .find_operation(id)
+        .await
+        .unwrap()
+        .unwrap()
+        .agent_id;
+    let stale_lease = opgate_store::Lease {
+        operation_id: id,
+        agent_id,
+        fencing_token: stale_token,
+    };
+    stack.db.store.release_lease(&stale_lease).await.unwrap();
 
     // The new owner's call is held for as long as the test needs: it times out and
     // re-sends (same key) until the answers are released below.

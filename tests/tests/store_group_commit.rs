@@ -7,17 +7,17 @@ use std::time::Duration;
 use opgate_domain::{OperationStatus, Transition};
 use opgate_e2e::db::register_payment;
 use opgate_e2e::TestDb;
-use opgate_store::{FencedTransition, FencedWrite};
+use opgate_store::{FencedTransition, FencedWrite, Lease};
 use uuid::Uuid;
 
 async fn register(db: &TestDb, agent: &str, key: &str) -> Uuid {
     register_payment(&db.store, agent, key, "10.00").await
 }
 
-fn succeeded(operation_id: Uuid, fencing_token: i64) -> FencedTransition {
+fn succeeded(lease: Lease) -> FencedTransition {
+    let operation_id = lease.operation_id;
     FencedTransition {
-        operation_id,
-        fencing_token,
+        lease,
         from: OperationStatus::InProgress,
         transition: Transition::to(
             OperationStatus::Succeeded,
@@ -41,19 +41,22 @@ async fn a_completion_batch_applies_current_tokens_and_refuses_stale_ones_one_by
         .await
         .unwrap();
     assert_eq!(claimed.len(), 3);
-    let token_of = |id: Uuid| {
+    let lease_of = |id: Uuid| {
         claimed
             .iter()
             .find(|c| c.operation_id == id)
             .unwrap()
-            .fencing_token
+            .lease()
     };
     // The middle one carries a token that is no longer current (as if another
     // executor had taken the lease over since).
     let batch = vec![
-        succeeded(ids[0], token_of(ids[0])),
-        succeeded(ids[1], token_of(ids[1]) - 1),
-        succeeded(ids[2], token_of(ids[2])),
+        succeeded(lease_of(ids[0])),
+        succeeded(Lease {
+            fencing_token: lease_of(ids[1]).fencing_token - 1,
+            ..lease_of(ids[1])
+        }),
+        succeeded(lease_of(ids[2])),
     ];
     let writes = db
         .store
@@ -84,7 +87,7 @@ async fn a_completion_batch_applies_current_tokens_and_refuses_stale_ones_one_by
                 (last.to_status.as_str(), last.outcome.as_str()),
                 ("SUCCEEDED", "applied")
             );
-            assert_eq!(last.fencing_token, Some(token_of(id)));
+            assert_eq!(last.fencing_token, Some(lease_of(id).fencing_token));
         } else {
             assert_eq!(record.provider_reference, None);
             assert_eq!(last.outcome, "rejected_stale", "{events:?}");

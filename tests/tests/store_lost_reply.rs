@@ -29,10 +29,9 @@ async fn a_retried_write_whose_first_commit_was_applied_is_not_a_stale_write() {
         .claim_due_operations("executor-a", Duration::from_secs(30), 10)
         .await
         .unwrap();
-    let token = claimed[0].fencing_token;
+    assert_eq!(claimed[0].operation_id, id);
     let write = FencedTransition {
-        operation_id: id,
-        fencing_token: token,
+        lease: claimed[0].lease(),
         from: OperationStatus::InProgress,
         transition: Transition::to(OperationStatus::Succeeded, "provider confirmed")
             .with_reference(Some("pay_lost_reply".into())),
@@ -52,10 +51,8 @@ async fn a_retried_write_whose_first_commit_was_applied_is_not_a_stale_write() {
 
     // Someone else's write with the same token, or this worker's under an older lease,
     // is still a stale write.
-    let older = FencedTransition {
-        fencing_token: token - 1,
-        ..write.clone()
-    };
+    let mut older = write.clone();
+    older.lease.fencing_token -= 1;
     assert_eq!(
         db.store
             .transition_with_fence("executor-a", older)

@@ -52,8 +52,7 @@ async fn settle_claimed(db: &TestDb, to: OperationStatus) {
             .transition_with_fence(
                 "executor-test",
                 FencedTransition {
-                    operation_id: op.operation_id,
-                    fencing_token: op.fencing_token,
+                    lease: op.lease(),
                     from: OperationStatus::InProgress,
                     transition: Transition::to(to, "test")
                         .with_reference(Some(format!("ref_{}", op.operation_id))),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use opgate_provider::Providers;
 use opgate_store::{
-    spawn_listener, ClaimCursor, ClaimedOperation, Store, StoreError, OUTBOX_CHANNEL,
+    spawn_listener, ClaimCursor, ClaimedOperation, Lease, Store, StoreError, OUTBOX_CHANNEL,
 };
 use opgate_telemetry::metrics;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
@@ -25,7 +25,8 @@ use crate::due_agents::DueAgents;
 use crate::settled::SettledNotifier;
 use crate::worker::Worker;
 
-type InFlight = Arc<Mutex<HashMap<Uuid, i64>>>;
+/// The lease of each operation being worked on, by operation.
+type InFlight = Arc<Mutex<HashMap<Uuid, Lease>>>;
 
 /// What the claim loops share.
 struct Dispatch {
@@ -241,7 +242,7 @@ impl Dispatch {
         self.in_flight
             .lock()
             .unwrap()
-            .insert(op.operation_id, op.fencing_token);
+            .insert(op.operation_id, op.lease());
         let (worker, in_flight) = (self.worker.clone(), self.in_flight.clone());
         let mut tasks = self.tasks.lock().unwrap();
         while tasks.try_join_next().is_some() {}
@@ -270,13 +271,19 @@ async fn drain_or_release(
     }
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
-    let leftover: Vec<(Uuid, i64)> = in_flight.lock().unwrap().drain().collect();
+    let leftover: Vec<Lease> = in_flight
+        .lock()
+        .unwrap()
+        .drain()
+        .map(|(_, lease)| lease)
+        .collect();
     tracing::warn!(
         count = leftover.len(),
         "grace period over; releasing leases"
     );
-    for (operation_id, fencing_token) in leftover {
-        if let Err(error) = store.release_lease(operation_id, fencing_token).await {
+    for lease in leftover {
+        if let Err(error) = store.release_lease(&lease).await {
+            let operation_id = lease.operation_id;
             tracing::warn!(%operation_id, %error, "could not release lease; it expires by itself");
         }
     }

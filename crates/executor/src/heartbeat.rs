@@ -3,10 +3,9 @@
 
 use std::time::Duration;
 
-use opgate_store::Store;
+use opgate_store::{Lease, Store};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use uuid::Uuid;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseLost(pub bool);
@@ -23,18 +22,18 @@ impl Drop for HeartbeatGuard {
 
 pub fn spawn_heartbeat(
     store: Store,
-    operation_id: Uuid,
-    fencing_token: i64,
-    lease: Duration,
+    lease: Lease,
+    length: Duration,
 ) -> (watch::Receiver<LeaseLost>, HeartbeatGuard) {
     let (sender, receiver) = watch::channel(LeaseLost(false));
     // In the worker's span, so its statements belong to the operation's trace.
     let handle = tokio::spawn(tracing::Instrument::in_current_span(async move {
-        let mut ticker = tokio::time::interval(lease / 3);
+        let mut ticker = tokio::time::interval(length / 3);
+        let operation_id = lease.operation_id;
         ticker.tick().await; // the claim itself just set the lease
         loop {
             ticker.tick().await;
-            match store.heartbeat(operation_id, fencing_token, lease).await {
+            match store.heartbeat(&lease, length).await {
                 Ok(true) => {}
                 Ok(false) => {
                     let _ = sender.send(LeaseLost(true));

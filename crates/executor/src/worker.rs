@@ -84,12 +84,7 @@ impl Worker {
         if let Some(transition) = before_call(&claim) {
             return self.write(op, Decision::Write(transition), 0).await;
         }
-        let (lost, heartbeat) = spawn_heartbeat(
-            self.store.clone(),
-            op.operation_id,
-            op.fencing_token,
-            self.lease,
-        );
+        let (lost, heartbeat) = spawn_heartbeat(self.store.clone(), op.lease(), self.lease);
         let mut calls = 0;
         let decision = self
             .call_provider(op, &claim, &instruction_of(op), lost, &mut calls)
@@ -155,11 +150,7 @@ impl Worker {
                 _ = tokio::time::sleep(delay) => {}
                 _ = lost.changed() => return Decision::LeaseLost,
             }
-            match self
-                .store
-                .count_attempt(op.operation_id, op.fencing_token)
-                .await
-            {
+            match self.store.count_attempt(&op.lease()).await {
                 Ok(true) => {}
                 Ok(false) => return Decision::LeaseLost,
                 Err(error) => {
@@ -181,10 +172,7 @@ impl Worker {
                     metrics().stale_write_rejected("executor");
                     tracing::warn!(operation_id = %op.operation_id, fencing_token = op.fencing_token, "lease lost during execution; writing nothing");
                     // Only the audit trail learns of it; the operation is not touched.
-                    if let Err(error) = self
-                        .store
-                        .record_lease_lost(op.operation_id, op.fencing_token, &self.owner)
-                        .await
+                    if let Err(error) = self.store.record_lease_lost(&op.lease(), &self.owner).await
                     {
                         tracing::warn!(operation_id = %op.operation_id, %error, "could not audit the lost lease");
                     }
@@ -193,8 +181,7 @@ impl Worker {
                 Decision::Write(transition) => {
                     self.completions
                         .write(FencedTransition {
-                            operation_id: op.operation_id,
-                            fencing_token: op.fencing_token,
+                            lease: op.lease(),
                             from: OperationStatus::InProgress,
                             transition: transition.clone(),
                         })
@@ -202,23 +189,12 @@ impl Worker {
                 }
                 Decision::Requeue { delay, error } => {
                     self.store
-                        .requeue_with_fence(
-                            op.operation_id,
-                            op.fencing_token,
-                            &self.owner,
-                            *delay,
-                            error,
-                        )
+                        .requeue_with_fence(&op.lease(), &self.owner, *delay, error)
                         .await
                 }
                 Decision::Throttled { delay } => {
                     self.store
-                        .requeue_rate_limited(
-                            op.operation_id,
-                            op.fencing_token,
-                            &self.owner,
-                            *delay,
-                        )
+                        .requeue_rate_limited(&op.lease(), &self.owner, *delay)
                         .await
                 }
             };

@@ -111,8 +111,7 @@ impl Sweeper {
             .transition_with_fence(
                 &self.owner,
                 FencedTransition {
-                    operation_id: op.operation_id,
-                    fencing_token: op.fencing_token,
+                    lease: op.lease(),
                     from: OperationStatus::Reconciling,
                     transition: verdict.clone(),
                 },

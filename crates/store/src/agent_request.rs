@@ -9,7 +9,9 @@ use crate::agents::{
     agent_columns, agent_from_row, key_id_accepted, presented_key_hash, AgentRecord,
 };
 use crate::error::StoreError;
-use crate::operations::{operation_columns, operation_from_row, OperationRecord};
+use crate::operations::{
+    operation_columns, operation_from_row, OperationRecord, FIND_BY_IDEMPOTENCY_KEY,
+};
 use crate::pool::Store;
 
 /// Found by key id; the caller must still verify the key against `presented_key_hash`
@@ -51,6 +53,19 @@ pub(crate) const AGENT_WITH_EXISTING_OPERATION: &str = concat!(
     key_id_accepted!("a.")
 );
 
+/// On Citus the statement above would read every shard: the agent it filters
+/// operations on comes from a subquery, known only when it runs. There the agent is
+/// read first (a reference table, read where it is), then the operation by
+/// `FIND_BY_IDEMPOTENCY_KEY`, which names the agent and runs on its node alone.
+const AGENT_BY_KEY_ID: &str = concat!(
+    "SELECT ",
+    agent_columns!("a.", "agent_"),
+    ", ",
+    presented_key_hash!("a."),
+    " FROM agents a WHERE ",
+    key_id_accepted!("a.")
+);
+
 impl Store {
     /// The active agent holding this key id (current, or previous within its grace
     /// period) and, when an Idempotency-Key is given, the operation it already names.
@@ -61,6 +76,11 @@ impl Store {
         key_id: &str,
         idempotency_key: Option<&str>,
     ) -> Result<Option<AgentRequestContext>, StoreError> {
+        if self.is_distributed().await? {
+            return self
+                .find_agent_request_context_in_two(key_id, idempotency_key)
+                .await;
+        }
         let client = self.client().await?;
         let statement = client.prepare_cached(AGENT_WITH_EXISTING_OPERATION).await?;
         let Some(row) = client
@@ -72,6 +92,33 @@ impl Store {
         let agent = agent_from_row(&row, "agent_")?;
         let existing = match row.get::<_, Option<Uuid>>("operation_id") {
             Some(_) => Some(operation_from_row(&row)?),
+            None => None,
+        };
+        Ok(Some(AgentRequestContext {
+            agent,
+            presented_key_hash: row.get("presented_key_hash"),
+            existing,
+        }))
+    }
+
+    /// `find_agent_request_context` in two statements (`AGENT_BY_KEY_ID`).
+    async fn find_agent_request_context_in_two(
+        &self,
+        key_id: &str,
+        idempotency_key: Option<&str>,
+    ) -> Result<Option<AgentRequestContext>, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(AGENT_BY_KEY_ID).await?;
+        let Some(row) = client.query_opt(&statement, &[&key_id]).await? else {
+            return Ok(None);
+        };
+        let agent = agent_from_row(&row, "agent_")?;
+        let existing = match idempotency_key {
+            Some(key) => {
+                let find = client.prepare_cached(FIND_BY_IDEMPOTENCY_KEY).await?;
+                let found = client.query_opt(&find, &[&agent.agent_id, &key]).await?;
+                found.map(|row| operation_from_row(&row)).transpose()?
+            }
             None => None,
         };
         Ok(Some(AgentRequestContext {

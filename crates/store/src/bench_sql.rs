@@ -62,8 +62,9 @@ pub fn register_keys(agent_id: &str, key_prefix: &str, keys: u64) -> String {
 
 /// The executor's claim of up to `batch` events and their fenced completion to
 /// SUCCEEDED, as one pgbench transaction. pgbench keeps one row of a result, so the
-/// claim's last line returns the claimed ids and tokens as arrays (`\\gset`) instead
-/// of one row each; the completion is the executor's multi-row transition over them.
+/// claim's last line returns the claimed ids, tokens and agents as arrays (`\\gset`)
+/// instead of one row each; the completion is the executor's multi-row transition over
+/// them.
 /// The outbox must hold the events the run is to drain.
 pub fn claim_and_complete(batch: u32) -> String {
     let owner = "('pgbench-' || :client_id)".to_owned();
@@ -74,7 +75,8 @@ pub fn claim_and_complete(batch: u32) -> String {
     let claim = claim.replace(
         CLAIM_RESULT,
         "SELECT coalesce(array_agg(operation_id), '{}') AS ids, \
-         coalesce(array_agg(fencing_token), '{}') AS tokens FROM claimed",
+         coalesce(array_agg(fencing_token), '{}') AS tokens, \
+         coalesce(array_agg(agent_id), '{}') AS agents FROM claimed",
     );
     let each = |value: &str| format!("array_fill({value}, ARRAY[cardinality(:ids::uuid[])])");
     let complete = bind(
@@ -89,6 +91,7 @@ pub fn claim_and_complete(batch: u32) -> String {
             each("'provider confirmed the operation'::text"),
             each("0::float8"),
             owner,
+            ":agents".into(),
         ],
     );
     format!("{} \\gset\n{};\n", one_line(&claim), one_line(&complete))

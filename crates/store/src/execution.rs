@@ -11,6 +11,7 @@ use rust_decimal::Decimal;
 use tokio_postgres::Row;
 
 use crate::fenced::FencedWrite;
+use crate::lease::Lease;
 use uuid::Uuid;
 
 use crate::citus::for_one_agent;
@@ -160,20 +161,24 @@ LIMIT $1";
 /// The last line of `CLAIM_DUE` (the pgbench pair aggregates it instead).
 pub(crate) const CLAIM_RESULT: &str = "SELECT * FROM claimed";
 
+// Every statement below names the lease's agent (`$4`, `$3`, `$7`) beside its
+// operation, for every table it touches: on Citus it then runs on the agent's node
+// alone; on one PostgreSQL it is part of the primary key and changes nothing.
+
 const HEARTBEAT: &str = "
 WITH op AS (
     UPDATE operations
     SET lease_expires_at = now() + $3::float8 * interval '1 millisecond'
-    WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'
+    WHERE operation_id = $1 AND agent_id = $4 AND fencing_token = $2 AND status = 'IN_PROGRESS'
     RETURNING operation_id, lease_expires_at
 )
 UPDATE outbox SET claimed_until = op.lease_expires_at
-FROM op WHERE outbox.operation_id = op.operation_id
+FROM op WHERE outbox.agent_id = $4 AND outbox.operation_id = op.operation_id
 RETURNING outbox.operation_id";
 
 const COUNT_ATTEMPT: &str = "
 UPDATE operations SET attempts = attempts + 1, updated_at = now()
-WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'";
+WHERE operation_id = $1 AND agent_id = $3 AND fencing_token = $2 AND status = 'IN_PROGRESS'";
 
 const REQUEUE: &str = "
 WITH updated AS (
@@ -185,12 +190,12 @@ WITH updated AS (
         lease_expires_at = NULL,
         next_attempt_at = now() + $4::float8 * interval '1 millisecond',
         updated_at = now()
-    WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'
+    WHERE operation_id = $1 AND agent_id = $7 AND fencing_token = $2 AND status = 'IN_PROGRESS'
     RETURNING operation_id, agent_id, next_attempt_at
 ), requeued AS (
     UPDATE outbox
     SET claimed_by = NULL, claimed_until = NULL, available_at = updated.next_attempt_at
-    FROM updated WHERE outbox.operation_id = updated.operation_id
+    FROM updated WHERE outbox.agent_id = $7 AND outbox.operation_id = updated.operation_id
 ), audit AS (
     INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
     SELECT operation_id, agent_id, 'IN_PROGRESS', 'PENDING', $5, $6, $2 FROM updated
@@ -200,16 +205,15 @@ SELECT count(*) FROM updated";
 const RELEASE: &str = "
 WITH op AS (
     UPDATE operations SET lease_expires_at = now()
-    WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'
+    WHERE operation_id = $1 AND agent_id = $3 AND fencing_token = $2 AND status = 'IN_PROGRESS'
     RETURNING operation_id
 )
 UPDATE outbox SET claimed_until = now() - interval '1 millisecond'
-FROM op WHERE outbox.operation_id = op.operation_id";
+FROM op WHERE outbox.agent_id = $3 AND outbox.operation_id = op.operation_id";
 
 /// An operation going back to PENDING under its fence (`Store::requeue`).
 pub(crate) struct Requeue<'a> {
-    pub operation_id: Uuid,
-    pub fencing_token: i64,
+    pub lease: &'a Lease,
     pub actor: &'a str,
     pub delay: Duration,
     pub last_error: &'a str,
@@ -288,32 +292,26 @@ impl Store {
 
     /// Extends the lease; `false` means it was lost (another worker took over).
     #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
-    pub async fn heartbeat(
-        &self,
-        operation_id: Uuid,
-        fencing_token: i64,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
+    pub async fn heartbeat(&self, lease: &Lease, length: Duration) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let statement = client.prepare_cached(HEARTBEAT).await?;
-        let rows = client
-            .query(&statement, &[&operation_id, &fencing_token, &millis(lease)])
-            .await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
+            &lease.operation_id,
+            &lease.fencing_token,
+            &millis(length),
+            &lease.agent_id,
+        ];
+        let rows = client.query(&statement, &params).await?;
         Ok(!rows.is_empty())
     }
 
     /// Counts one more provider call under this lease; `false` if the lease was lost.
     #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
-    pub async fn count_attempt(
-        &self,
-        operation_id: Uuid,
-        fencing_token: i64,
-    ) -> Result<bool, StoreError> {
+    pub async fn count_attempt(&self, lease: &Lease) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        Ok(client
-            .execute(COUNT_ATTEMPT, &[&operation_id, &fencing_token])
-            .await?
-            == 1)
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&lease.operation_id, &lease.fencing_token, &lease.agent_id];
+        Ok(client.execute(COUNT_ATTEMPT, &params).await? == 1)
     }
 
     /// Puts the operation back to PENDING (the request never reached the provider) and
@@ -321,16 +319,14 @@ impl Store {
     #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn requeue_with_fence(
         &self,
-        operation_id: Uuid,
-        fencing_token: i64,
+        lease: &Lease,
         actor: &str,
         delay: Duration,
         last_error: &str,
     ) -> Result<FencedWrite, StoreError> {
         let reason = "request never reached the provider; retry scheduled";
         let requeue = Requeue {
-            operation_id,
-            fencing_token,
+            lease,
             actor,
             delay,
             last_error,
@@ -340,8 +336,8 @@ impl Store {
     }
 
     /// Runs a requeue statement (`$1` operation, `$2` fencing token, `$3` last error,
-    /// `$4` delay in ms, `$5` actor, `$6` audit reason, one count back) and records a
-    /// refusal as a stale write.
+    /// `$4` delay in ms, `$5` actor, `$6` audit reason, `$7` agent, one count back)
+    /// and records a refusal as a stale write.
     pub(crate) async fn requeue(
         &self,
         statement: &str,
@@ -353,19 +349,19 @@ impl Store {
             .query_one(
                 &statement,
                 &[
-                    &requeue.operation_id,
-                    &requeue.fencing_token,
+                    &requeue.lease.operation_id,
+                    &requeue.lease.fencing_token,
                     &requeue.last_error,
                     &millis(requeue.delay),
                     &requeue.actor,
                     &requeue.reason,
+                    &requeue.lease.agent_id,
                 ],
             )
             .await?;
         let write = FencedWrite::from_count(row.get(0));
         if write == FencedWrite::RejectedStale {
-            let (id, token) = (requeue.operation_id, requeue.fencing_token);
-            self.record_stale_write(id, token, "PENDING", requeue.actor, requeue.reason)
+            self.record_stale_write(requeue.lease, "PENDING", requeue.actor, requeue.reason)
                 .await?;
         }
         Ok(write)
@@ -374,16 +370,23 @@ impl Store {
     /// Gives the lease up at once (on shutdown), so another worker can take over now
     /// rather than after the lease expires.
     #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
-    pub async fn release_lease(
-        &self,
-        operation_id: Uuid,
-        fencing_token: i64,
-    ) -> Result<(), StoreError> {
+    pub async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
         let client = self.client().await?;
-        client
-            .execute(RELEASE, &[&operation_id, &fencing_token])
-            .await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&lease.operation_id, &lease.fencing_token, &lease.agent_id];
+        client.execute(RELEASE, &params).await?;
         Ok(())
+    }
+}
+
+impl ClaimedOperation {
+    /// The lease this claim took, for the writes that follow it.
+    pub fn lease(&self) -> Lease {
+        Lease {
+            operation_id: self.operation_id,
+            agent_id: self.agent_id.clone(),
+            fencing_token: self.fencing_token,
+        }
     }
 }
 

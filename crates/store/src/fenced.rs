@@ -3,11 +3,16 @@
 //! the removal of the outbox event) in one statement. Zero rows means the worker's
 //! lease has passed to another; the refusal itself is audited, nothing else written.
 
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
 use opgate_domain::{OperationStatus, Transition};
 use uuid::Uuid;
 
+use crate::citus::for_one_agent;
 use crate::error::StoreError;
 use crate::execution::millis;
+use crate::lease::Lease;
 use crate::pool::{query_rerunning_deadlock_victim, Store};
 
 /// What a fenced write did.
@@ -34,8 +39,7 @@ impl FencedWrite {
 /// it can wait in a group-commit queue.
 #[derive(Debug, Clone)]
 pub struct FencedTransition {
-    pub operation_id: Uuid,
-    pub fencing_token: i64,
+    pub lease: Lease,
     pub from: OperationStatus,
     pub transition: Transition,
 }
@@ -49,9 +53,9 @@ WITH input AS (
     -- functions inside CASE in an update that spans shards.
     SELECT t.*, now() AS at, now() + t.next_check_ms * interval '1 millisecond' AS next_check_at
     FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::text[],
-                $6::text[], $7::text[], $8::float8[])
+                $6::text[], $7::text[], $8::float8[], $10::text[])
         AS t(operation_id, fencing_token, from_status, to_status, provider_reference,
-             last_error, reason, next_check_ms)
+             last_error, reason, next_check_ms, agent_id)
 ), updated AS (
     UPDATE operations op
     SET status = i.to_status,
@@ -64,16 +68,35 @@ WITH input AS (
                              THEN i.at ELSE op.unknown_since END,
         updated_at = i.at
     FROM input i
-    WHERE op.operation_id = i.operation_id AND op.fencing_token = i.fencing_token
+    WHERE op.operation_id = i.operation_id AND op.agent_id = i.agent_id
+      AND op.fencing_token = i.fencing_token
       AND op.status = i.from_status
     RETURNING op.operation_id, op.agent_id, i.fencing_token, i.from_status, i.to_status, i.reason
 ), removed AS (
-    DELETE FROM outbox WHERE operation_id IN (SELECT operation_id FROM updated)
+    DELETE FROM outbox WHERE (operation_id, agent_id) IN (SELECT operation_id, agent_id FROM updated)
 ), audit AS (
     INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
     SELECT operation_id, agent_id, from_status, to_status, $9, reason, fencing_token FROM updated
 )
 SELECT operation_id FROM updated";
+
+/// `TRANSITION` for the transitions of one agent (`$11`): every table in it is then
+/// filtered on the distribution column, so on Citus it runs on that agent's node alone.
+static TRANSITION_FOR_AGENT: LazyLock<String> = LazyLock::new(|| {
+    for_one_agent(
+        TRANSITION,
+        &[
+            (
+                "WHERE op.operation_id = i.operation_id",
+                "WHERE op.agent_id = $11 AND op.operation_id = i.operation_id",
+            ),
+            (
+                "DELETE FROM outbox WHERE",
+                "DELETE FROM outbox WHERE agent_id = $11 AND",
+            ),
+        ],
+    )
+});
 
 /// Whether this worker's transition was applied already: the same fencing token, the
 /// same target state and actor, audited as applied. A worker that retries a write whose
@@ -82,13 +105,13 @@ SELECT operation_id FROM updated";
 const ALREADY_APPLIED: &str = "
 SELECT EXISTS (
     SELECT 1 FROM operation_events
-    WHERE operation_id = $1 AND fencing_token = $2 AND to_status = $3 AND actor = $4
-      AND outcome = 'applied')";
+    WHERE operation_id = $1 AND agent_id = $5 AND fencing_token = $2 AND to_status = $3
+      AND actor = $4 AND outcome = 'applied')";
 
 const RECORD_STALE_WRITE: &str = "
 INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token, outcome)
 SELECT operation_id, agent_id, status, $3, $4, $5, $2, 'rejected_stale'
-FROM operations WHERE operation_id = $1";
+FROM operations WHERE operation_id = $1 AND agent_id = $6";
 
 impl Store {
     /// One fenced transition (see `transition_batch_with_fence`).
@@ -103,7 +126,8 @@ impl Store {
         Ok(writes[0])
     }
 
-    /// Many fenced transitions in one transaction, answered in order. A refused one
+    /// Many fenced transitions in one statement (on Citus, one per agent), answered in
+    /// order. A refused one
     /// is audited as `rejected_stale`, unless it is this worker's own transition applied
     /// by an earlier attempt whose reply was lost (then it is `Applied`, audited once);
     /// the others are applied regardless.
@@ -118,9 +142,48 @@ impl Store {
         }
         // One lock order for every batch (see the deadlock rerun below).
         let mut ordered: Vec<&FencedTransition> = batch.iter().collect();
-        ordered.sort_by_key(|t| t.operation_id);
-        let ids: Vec<Uuid> = ordered.iter().map(|t| t.operation_id).collect();
-        let tokens: Vec<i64> = ordered.iter().map(|t| t.fencing_token).collect();
+        ordered.sort_by_key(|t| t.lease.operation_id);
+        let applied = if self.is_distributed().await? {
+            // Agent by agent, each on its node; the transitions are independent.
+            ordered.sort_by(|a, b| a.lease.agent_id.cmp(&b.lease.agent_id));
+            let mut applied = HashSet::new();
+            for one_agent in ordered.chunk_by(|a, b| a.lease.agent_id == b.lease.agent_id) {
+                let agent = one_agent[0].lease.agent_id.as_str();
+                applied.extend(self.transition(one_agent, actor, Some(agent)).await?);
+            }
+            applied
+        } else {
+            self.transition(&ordered, actor, None).await?
+        };
+        let mut writes = Vec::with_capacity(batch.len());
+        for t in batch {
+            if applied.contains(&t.lease.operation_id) || self.already_applied(t, actor).await? {
+                writes.push(FencedWrite::Applied);
+            } else {
+                self.record_stale_write(
+                    &t.lease,
+                    t.transition.to.as_str(),
+                    actor,
+                    &t.transition.reason,
+                )
+                .await?;
+                writes.push(FencedWrite::RejectedStale);
+            }
+        }
+        Ok(writes)
+    }
+
+    /// Runs `TRANSITION` (or, given an agent, `TRANSITION_FOR_AGENT`) over `ordered`;
+    /// returns the ids it applied.
+    async fn transition(
+        &self,
+        ordered: &[&FencedTransition],
+        actor: &str,
+        agent: Option<&str>,
+    ) -> Result<HashSet<Uuid>, StoreError> {
+        let ids: Vec<Uuid> = ordered.iter().map(|t| t.lease.operation_id).collect();
+        let agents: Vec<&str> = ordered.iter().map(|t| t.lease.agent_id.as_str()).collect();
+        let tokens: Vec<i64> = ordered.iter().map(|t| t.lease.fencing_token).collect();
         let from: Vec<&str> = ordered.iter().map(|t| t.from.as_str()).collect();
         let to: Vec<&str> = ordered.iter().map(|t| t.transition.to.as_str()).collect();
         let references: Vec<Option<&str>> = ordered
@@ -140,8 +203,11 @@ impl Store {
             .map(|t| millis(t.transition.next_check_in.unwrap_or_default()))
             .collect();
         let client = self.client().await?;
-        let statement = client.prepare_cached(TRANSITION).await?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+        let statement = match agent {
+            None => client.prepare_cached(TRANSITION).await?,
+            Some(_) => client.prepare_cached(&TRANSITION_FOR_AGENT).await?,
+        };
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
             &ids,
             &tokens,
             &from,
@@ -151,32 +217,18 @@ impl Store {
             &reasons,
             &next_checks,
             &actor,
+            &agents,
+            &agent,
         ];
         // Batches hold different leases, but a stale worker's write can still touch a
         // row another batch holds; a deadlock victim was rolled back whole, so rerun it.
-        let rows =
-            query_rerunning_deadlock_victim(&client, &statement, &params, "transition batch")
-                .await?;
-        drop(client);
-        let applied: std::collections::HashSet<Uuid> =
-            rows.iter().map(|row| row.get("operation_id")).collect();
-        let mut writes = Vec::with_capacity(batch.len());
-        for t in batch {
-            if applied.contains(&t.operation_id) || self.already_applied(t, actor).await? {
-                writes.push(FencedWrite::Applied);
-            } else {
-                self.record_stale_write(
-                    t.operation_id,
-                    t.fencing_token,
-                    t.transition.to.as_str(),
-                    actor,
-                    &t.transition.reason,
-                )
-                .await?;
-                writes.push(FencedWrite::RejectedStale);
-            }
-        }
-        Ok(writes)
+        let params = match agent {
+            None => &params[..10],
+            Some(_) => &params[..],
+        };
+        let rows = query_rerunning_deadlock_victim(&client, &statement, params, "transition batch")
+            .await?;
+        Ok(rows.iter().map(|row| row.get("operation_id")).collect())
     }
 
     async fn already_applied(
@@ -189,10 +241,11 @@ impl Store {
             .query_one(
                 ALREADY_APPLIED,
                 &[
-                    &transition.operation_id,
-                    &transition.fencing_token,
+                    &transition.lease.operation_id,
+                    &transition.lease.fencing_token,
                     &transition.transition.to.as_str(),
                     &actor,
+                    &transition.lease.agent_id,
                 ],
             )
             .await?;
@@ -202,49 +255,46 @@ impl Store {
     /// Records, without changing the operation, that this worker found its lease lost
     /// and discarded what it was doing.
     #[tracing::instrument(name = "INSERT operation_events", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "operation_events"))]
-    pub async fn record_lease_lost(
-        &self,
-        operation_id: Uuid,
-        fencing_token: i64,
-        actor: &str,
-    ) -> Result<(), StoreError> {
-        let client = self.client().await?;
+    pub async fn record_lease_lost(&self, lease: &Lease, actor: &str) -> Result<(), StoreError> {
         let why = format!(
-            "lease lost (fencing token {fencing_token} no longer current); result discarded, nothing written"
+            "lease lost (fencing token {} no longer current); result discarded, nothing written",
+            lease.fencing_token
         );
-        client
-            .execute(
-                RECORD_STALE_WRITE,
-                &[&operation_id, &fencing_token, &"IN_PROGRESS", &actor, &why],
-            )
-            .await?;
-        Ok(())
+        self.record_refusal(lease, "IN_PROGRESS", actor, &why).await
     }
 
     pub(crate) async fn record_stale_write(
         &self,
-        operation_id: Uuid,
-        fencing_token: i64,
+        lease: &Lease,
         attempted_status: &str,
         actor: &str,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let client = self.client().await?;
         let why = format!(
-            "stale write rejected (fencing token {fencing_token} no longer current): {reason}"
+            "stale write rejected (fencing token {} no longer current): {reason}",
+            lease.fencing_token
         );
-        client
-            .execute(
-                RECORD_STALE_WRITE,
-                &[
-                    &operation_id,
-                    &fencing_token,
-                    &attempted_status,
-                    &actor,
-                    &why,
-                ],
-            )
-            .await?;
+        self.record_refusal(lease, attempted_status, actor, &why)
+            .await
+    }
+
+    async fn record_refusal(
+        &self,
+        lease: &Lease,
+        attempted_status: &str,
+        actor: &str,
+        why: &str,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+            &lease.operation_id,
+            &lease.fencing_token,
+            &attempted_status,
+            &actor,
+            &why,
+            &lease.agent_id,
+        ];
+        client.execute(RECORD_STALE_WRITE, &params).await?;
         Ok(())
     }
 }

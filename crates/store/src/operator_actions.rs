@@ -52,7 +52,7 @@ const RESOLVE_FROM_REVIEW: &str = concat!(
         reconcile_checks = CASE WHEN $2 = 'UNKNOWN' THEN 0 ELSE reconcile_checks END,
         unknown_since = CASE WHEN $2 = 'UNKNOWN' THEN now() ELSE unknown_since END,
         updated_at = now()
-    WHERE operation_id = $1 AND status = 'MANUAL_REVIEW'
+    WHERE operation_id = $1 AND agent_id = $6 AND status = 'MANUAL_REVIEW'
     RETURNING *
 ), audit AS (
     INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
@@ -72,7 +72,7 @@ const APPROVE_OPERATION: &str = concat!(
     SET status = 'PENDING',
         approval_expires_at = NULL,
         updated_at = now()
-    WHERE operation_id = $1 AND status = 'AWAITING_APPROVAL'
+    WHERE operation_id = $1 AND agent_id = $4 AND status = 'AWAITING_APPROVAL'
     RETURNING *
 ), outbox_event AS (
     INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
@@ -95,7 +95,7 @@ const REJECT_OPERATION: &str = concat!(
         last_error = $3,
         approval_expires_at = NULL,
         updated_at = now()
-    WHERE operation_id = $1 AND status = 'AWAITING_APPROVAL'
+    WHERE operation_id = $1 AND agent_id = $4 AND status = 'AWAITING_APPROVAL'
     RETURNING *
 ), audit AS (
     INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
@@ -119,7 +119,13 @@ fn rejection_reason(reason: &str) -> String {
     format!("rejected by operator: {reason}")
 }
 
-const CURRENT_STATUS: &str = "SELECT status FROM operations WHERE operation_id = $1";
+/// An operator names an operation by its id alone; the statements that change it also
+/// name its agent, read first here, so that on Citus they run on the agent's node (this
+/// read, of every shard, takes no lock). The agent of an operation never changes.
+const AGENT_OF: &str = "SELECT agent_id FROM operations WHERE operation_id = $1";
+
+const CURRENT_STATUS: &str =
+    "SELECT status FROM operations WHERE operation_id = $1 AND agent_id = $2";
 
 impl Store {
     #[tracing::instrument(name = "SELECT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "operations"))]
@@ -151,6 +157,9 @@ impl Store {
             to
         ));
         let client = self.client().await?;
+        let Some(agent_id) = agent_of(&client, operation_id).await? else {
+            return Ok(OperatorAction::NotFound);
+        };
         let row = client
             .query_opt(
                 RESOLVE_FROM_REVIEW,
@@ -160,16 +169,19 @@ impl Store {
                     &provider_reference,
                     &reason,
                     &actor,
+                    &agent_id,
                 ],
             )
             .await?;
         if let Some(row) = row {
             return Ok(OperatorAction::Applied(operation_from_row(&row)?));
         }
-        Ok(match current_status(&client, operation_id).await? {
-            None => OperatorAction::NotFound,
-            Some(status) => OperatorAction::NotInReview(status),
-        })
+        Ok(
+            match current_status(&client, operation_id, &agent_id).await? {
+                None => OperatorAction::NotFound,
+                Some(status) => OperatorAction::NotInReview(status),
+            },
+        )
     }
 
     /// Approves an operation that is AWAITING_APPROVAL: it becomes PENDING and its
@@ -207,7 +219,8 @@ impl Store {
             .await
     }
 
-    /// Runs an approval decision (`$1` the operation, `$2` the actor, `$3` the reason);
+    /// Runs an approval decision (`$1` the operation, `$2` the actor, `$3` the reason,
+    /// `$4` its agent);
     /// when it did not apply, reads what the operation is now, with a fresh snapshot.
     async fn decide_approval(
         &self,
@@ -225,25 +238,43 @@ impl Store {
             OperationStatus::Failed
         ));
         let client = self.client().await?;
+        let Some(agent_id) = agent_of(&client, operation_id).await? else {
+            return Ok(OperatorAction::NotFound);
+        };
         let row = client
-            .query_opt(statement, &[&operation_id, &actor, &reason])
+            .query_opt(statement, &[&operation_id, &actor, &reason, &agent_id])
             .await?;
         if let Some(row) = row {
             return Ok(OperatorAction::Applied(operation_from_row(&row)?));
         }
-        Ok(match current_status(&client, operation_id).await? {
-            None => OperatorAction::NotFound,
-            Some(status) => OperatorAction::NotAwaitingApproval(status),
-        })
+        Ok(
+            match current_status(&client, operation_id, &agent_id).await? {
+                None => OperatorAction::NotFound,
+                Some(status) => OperatorAction::NotAwaitingApproval(status),
+            },
+        )
     }
+}
+
+/// The agent of the operation, if it exists.
+async fn agent_of(
+    client: &tokio_postgres::Client,
+    operation_id: Uuid,
+) -> Result<Option<String>, StoreError> {
+    let row = client.query_opt(AGENT_OF, &[&operation_id]).await?;
+    Ok(row.map(|row| row.get(0)))
 }
 
 /// The operation's status now, if it exists.
 async fn current_status(
     client: &tokio_postgres::Client,
     operation_id: Uuid,
+    agent_id: &str,
 ) -> Result<Option<OperationStatus>, StoreError> {
-    let Some(row) = client.query_opt(CURRENT_STATUS, &[&operation_id]).await? else {
+    let row = client
+        .query_opt(CURRENT_STATUS, &[&operation_id, &agent_id])
+        .await?;
+    let Some(row) = row else {
         return Ok(None);
     };
     let status: String = row.get(0);

@@ -7,15 +7,14 @@
 
 use std::time::Duration;
 
-use uuid::Uuid;
-
 use crate::error::StoreError;
 use crate::execution::Requeue;
 use crate::fenced::FencedWrite;
+use crate::lease::Lease;
 use crate::pool::Store;
 
 /// `$1` operation, `$2` fencing token, `$3` last error, `$4` wait in ms, `$5` actor,
-/// `$6` audit reason. The claim counted one attempt (operation and outbox event) for
+/// `$6` audit reason, `$7` agent. The claim counted one attempt (operation and outbox event) for
 /// the call now refused: taken back here, in the same statement.
 const REQUEUE_RATE_LIMITED: &str = "
 WITH updated AS (
@@ -27,13 +26,13 @@ WITH updated AS (
         lease_expires_at = NULL,
         next_attempt_at = now() + $4::float8 * interval '1 millisecond',
         updated_at = now()
-    WHERE operation_id = $1 AND fencing_token = $2 AND status = 'IN_PROGRESS'
+    WHERE operation_id = $1 AND agent_id = $7 AND fencing_token = $2 AND status = 'IN_PROGRESS'
     RETURNING operation_id, agent_id, next_attempt_at
 ), requeued AS (
     UPDATE outbox
     SET claimed_by = NULL, claimed_until = NULL, available_at = updated.next_attempt_at,
         attempts = GREATEST(outbox.attempts - 1, 0)
-    FROM updated WHERE outbox.operation_id = updated.operation_id
+    FROM updated WHERE outbox.agent_id = $7 AND outbox.operation_id = updated.operation_id
 ), audit AS (
     INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
     SELECT operation_id, agent_id, 'IN_PROGRESS', 'PENDING', $5, $6, $2 FROM updated
@@ -46,8 +45,7 @@ impl Store {
     #[tracing::instrument(name = "UPDATE operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "operations"))]
     pub async fn requeue_rate_limited(
         &self,
-        operation_id: Uuid,
-        fencing_token: i64,
+        lease: &Lease,
         actor: &str,
         retry_after: Duration,
     ) -> Result<FencedWrite, StoreError> {
@@ -56,8 +54,7 @@ impl Store {
             retry_after.as_millis()
         );
         let requeue = Requeue {
-            operation_id,
-            fencing_token,
+            lease,
             actor,
             delay: retry_after,
             last_error: "provider rate limited the request (HTTP 429)",

@@ -15,6 +15,7 @@ use uuid::Uuid;
 use crate::citus::{agent_by_agent, for_one_agent};
 use crate::error::StoreError;
 use crate::execution::millis;
+use crate::lease::Lease;
 use crate::pool::Store;
 
 #[derive(Debug, Clone)]
@@ -140,6 +141,17 @@ impl Store {
         )
         .await?;
         rows.iter().map(claimed_from_row).collect()
+    }
+}
+
+impl ClaimedReconciliation {
+    /// The lease this claim took, for the transition that follows it.
+    pub fn lease(&self) -> Lease {
+        Lease {
+            operation_id: self.operation_id,
+            agent_id: self.agent_id.clone(),
+            fencing_token: self.fencing_token,
+        }
     }
 }
 
