@@ -14,6 +14,7 @@ use crate::fenced::FencedWrite;
 use crate::lease::Lease;
 use uuid::Uuid;
 
+use crate::audit_apart::{returning_audit_rows, write_then_audit};
 use crate::citus::for_one_agent;
 use crate::error::StoreError;
 use crate::pool::Store;
@@ -343,23 +344,28 @@ impl Store {
         statement: &str,
         requeue: &Requeue<'_>,
     ) -> Result<FencedWrite, StoreError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(statement).await?;
-        let row = client
-            .query_one(
-                &statement,
-                &[
-                    &requeue.lease.operation_id,
-                    &requeue.lease.fencing_token,
-                    &requeue.last_error,
-                    &millis(requeue.delay),
-                    &requeue.actor,
-                    &requeue.reason,
-                    &requeue.lease.agent_id,
-                ],
-            )
-            .await?;
-        let write = FencedWrite::from_count(row.get(0));
+        let distributed = self.is_distributed().await?;
+        let mut client = self.client().await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+            &requeue.lease.operation_id,
+            &requeue.lease.fencing_token,
+            &requeue.last_error,
+            &millis(requeue.delay),
+            &requeue.actor,
+            &requeue.reason,
+            &requeue.lease.agent_id,
+        ];
+        let count = if distributed {
+            let statement = returning_audit_rows(statement);
+            write_then_audit(&mut client, &statement, &params)
+                .await?
+                .len() as i64
+        } else {
+            let statement = client.prepare_cached(statement).await?;
+            client.query_one(&statement, &params).await?.get(0)
+        };
+        drop(client);
+        let write = FencedWrite::from_count(count);
         if write == FencedWrite::RejectedStale {
             self.record_stale_write(requeue.lease, "PENDING", requeue.actor, requeue.reason)
                 .await?;

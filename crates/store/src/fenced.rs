@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 use opgate_domain::{OperationStatus, Transition};
 use uuid::Uuid;
 
+use crate::audit_apart::{returning_audit_rows, write_then_audit};
 use crate::citus::for_one_agent;
 use crate::error::StoreError;
 use crate::execution::millis;
@@ -82,9 +83,10 @@ SELECT operation_id FROM updated";
 
 /// `TRANSITION` for the transitions of one agent (`$11`): every table in it is then
 /// filtered on the distribution column, so on Citus it runs on that agent's node alone.
+/// It writes its audit rows apart (`audit_apart`).
 static TRANSITION_FOR_AGENT: LazyLock<String> = LazyLock::new(|| {
     for_one_agent(
-        TRANSITION,
+        &returning_audit_rows(TRANSITION),
         &[
             (
                 "WHERE op.operation_id = i.operation_id",
@@ -202,11 +204,7 @@ impl Store {
             .iter()
             .map(|t| millis(t.transition.next_check_in.unwrap_or_default()))
             .collect();
-        let client = self.client().await?;
-        let statement = match agent {
-            None => client.prepare_cached(TRANSITION).await?,
-            Some(_) => client.prepare_cached(&TRANSITION_FOR_AGENT).await?,
-        };
+        let mut client = self.client().await?;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
             &ids,
             &tokens,
@@ -222,12 +220,15 @@ impl Store {
         ];
         // Batches hold different leases, but a stale worker's write can still touch a
         // row another batch holds; a deadlock victim was rolled back whole, so rerun it.
-        let params = match agent {
-            None => &params[..10],
-            Some(_) => &params[..],
+        let rows = match agent {
+            Some(_) => write_then_audit(&mut client, &TRANSITION_FOR_AGENT, &params).await?,
+            None => {
+                let statement = client.prepare_cached(TRANSITION).await?;
+                let params = &params[..10];
+                query_rerunning_deadlock_victim(&client, &statement, params, "transition batch")
+                    .await?
+            }
         };
-        let rows = query_rerunning_deadlock_victim(&client, &statement, params, "transition batch")
-            .await?;
         Ok(rows.iter().map(|row| row.get("operation_id")).collect())
     }
 

@@ -7,6 +7,7 @@ mod agent_request;
 mod agents;
 mod approval_expiry;
 mod audit;
+mod audit_apart;
 pub mod bench_sql;
 mod budgets;
 mod citus;

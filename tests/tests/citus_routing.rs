@@ -1,0 +1,184 @@
+//! On Citus, every statement that changes one operation names its agent
+//! (docs/scale-out.md). The writes that follow a claim (heartbeat, attempt counting,
+//! requeue, completion, stale-write audit, release) commit on the agent's node alone: a
+//! statement that filtered on the operation alone would run on every shard, and Citus
+//! would commit it on both workers in two phases, which the record of prepared
+//! transactions shows (so the coordinator must run with
+//! `citus.recover_2pc_interval = -1`; `make test-citus`). An operator's approval and
+//! rejection decide as on one PostgreSQL.
+
+use std::time::Duration;
+
+use opgate_domain::{OperationStatus, Transition};
+use opgate_e2e::api::{payment_body, post_payment};
+use opgate_e2e::citus::{agents_on_every_worker, prepared_transactions, CitusDb};
+use opgate_e2e::db::register_payment;
+use opgate_e2e::Intake;
+use opgate_store::{FencedTransition, FencedWrite, OperatorAction};
+
+const LEASE: Duration = Duration::from_secs(30);
+const OWNER: &str = "routing-test";
+
+async fn status(sql: &tokio_postgres::Client, id: uuid::Uuid) -> String {
+    sql.query_one(
+        "SELECT status FROM operations WHERE operation_id = $1",
+        &[&id],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+#[tokio::test]
+async fn every_write_after_a_claim_commits_on_the_agents_node() {
+    let Some((cluster, db)) =
+        CitusDb::migrated("every_write_after_a_claim_commits_on_the_agents_node", 8).await
+    else {
+        return;
+    };
+    let sql = db.sql().await;
+    // One agent on each worker, three payments each, claimed agent by agent.
+    let agents = agents_on_every_worker(&sql, 1).await;
+    let mut claimed = Vec::new();
+    for agent in &agents {
+        db.create_agent(agent, &["--allow", "payment"]);
+        for i in 0..3 {
+            register_payment(&db.store, agent, &format!("{agent}-{i}"), "10.00").await;
+        }
+        let ops = db
+            .store
+            .claim_due_operations_of_agent(OWNER, LEASE, 10, agent)
+            .await
+            .unwrap();
+        assert_eq!(ops.len(), 3, "{agent}'s three payments");
+        claimed.push(ops);
+    }
+    let before = prepared_transactions(&sql).await;
+
+    let mut completions = Vec::new();
+    for ops in &claimed {
+        let (done, requeued, released) = (&ops[0], &ops[1], &ops[2]);
+        assert!(db.store.heartbeat(&done.lease(), LEASE).await.unwrap());
+        assert!(db.store.count_attempt(&done.lease()).await.unwrap());
+        let requeue = db
+            .store
+            .requeue_with_fence(&requeued.lease(), OWNER, Duration::ZERO, "connect refused")
+            .await
+            .unwrap();
+        assert_eq!(requeue, FencedWrite::Applied);
+        db.store.release_lease(&released.lease()).await.unwrap();
+        db.store
+            .record_lease_lost(&released.lease(), OWNER)
+            .await
+            .unwrap();
+        completions.push(FencedTransition {
+            lease: done.lease(),
+            from: OperationStatus::InProgress,
+            transition: Transition::to(OperationStatus::Succeeded, "provider confirmed"),
+        });
+    }
+    // Both agents' completions in one batch, as the executor's group commit sends them,
+    // and a stale one (a lease older than the current one) that is refused and audited.
+    let mut stale = completions[0].clone();
+    stale.lease = claimed[1][2].lease();
+    stale.lease.fencing_token -= 1;
+    completions.push(stale);
+    let writes = db
+        .store
+        .transition_batch_with_fence(OWNER, &completions)
+        .await
+        .unwrap();
+    assert_eq!(
+        writes,
+        [
+            FencedWrite::Applied,
+            FencedWrite::Applied,
+            FencedWrite::RejectedStale
+        ]
+    );
+
+    assert_eq!(
+        prepared_transactions(&sql).await,
+        before,
+        "a write after the claim was committed on more than one node"
+    );
+    for ops in &claimed {
+        assert_eq!(status(&sql, ops[0].operation_id).await, "SUCCEEDED");
+        assert_eq!(status(&sql, ops[1].operation_id).await, "PENDING");
+        assert_eq!(status(&sql, ops[2].operation_id).await, "IN_PROGRESS");
+    }
+    let refusals: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM operation_events WHERE outcome = 'rejected_stale'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(refusals, 3, "two lost leases and one stale completion");
+    drop(sql);
+    cluster.drop_everywhere().await;
+}
+
+/// Payments above the agents' approval threshold, through intake, wait for an
+/// operator; approving one queues it (one outbox event), rejecting another fails it,
+/// and a second decision is refused with the status the first left.
+#[tokio::test]
+async fn operator_decisions_on_both_workers_decide_once() {
+    let Some((cluster, db)) =
+        CitusDb::migrated("operator_decisions_on_both_workers_decide_once", 8).await
+    else {
+        return;
+    };
+    let sql = db.sql().await;
+    let intake = Intake::start(&db.url).await;
+    let http = reqwest::Client::new();
+    let mut waiting = Vec::new();
+    for agent in agents_on_every_worker(&sql, 1).await {
+        let flags = ["--allow", "payment", "--approval-above", "USD:100.00"];
+        let key = db.create_agent(&agent, &flags);
+        for decision in ["approve", "reject"] {
+            let idempotency_key = format!("{agent}-{decision}");
+            let body = payment_body("cus_big", &idempotency_key, "500.00");
+            let reply = post_payment(
+                &http,
+                &intake.base_url,
+                Some(&key),
+                Some(&idempotency_key),
+                &body,
+            )
+            .await;
+            assert_eq!(reply.status, 202, "{}", reply.body);
+            assert_eq!(reply.body["status"], "AWAITING_APPROVAL", "{}", reply.body);
+            waiting.push(reply.operation_id().parse::<uuid::Uuid>().unwrap());
+        }
+    }
+    for pair in waiting.chunks(2) {
+        let approved = db.store.approve_operation(pair[0], "carol", None).await;
+        assert!(matches!(approved, Ok(OperatorAction::Applied(_))));
+        let rejected = db.store.reject_operation(pair[1], "carol", "too big").await;
+        assert!(matches!(rejected, Ok(OperatorAction::Applied(_))));
+        let again = db.store.reject_operation(pair[0], "carol", "late").await;
+        assert!(
+            matches!(
+                again,
+                Ok(OperatorAction::NotAwaitingApproval(
+                    OperationStatus::Pending
+                ))
+            ),
+            "{again:?}"
+        );
+    }
+    let queued: i64 = sql
+        .query_one("SELECT count(*) FROM outbox", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(queued, 2, "one outbox event per approved payment");
+    for pair in waiting.chunks(2) {
+        assert_eq!(status(&sql, pair[0]).await, "PENDING");
+        assert_eq!(status(&sql, pair[1]).await, "FAILED");
+    }
+    drop(sql);
+    cluster.drop_everywhere().await;
+}
