@@ -9,6 +9,7 @@ pub mod citus;
 pub mod cluster;
 pub mod db;
 pub mod faketime;
+pub mod guardrails;
 pub mod kinds;
 pub mod localstripe;
 pub mod mcp;

@@ -7,15 +7,12 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use opgate_e2e::citus::CitusDb;
 use opgate_e2e::{Executor, Stack};
-use rust_decimal::Decimal;
 use serde_json::json;
 use uuid::Uuid;
 
 const SETTLE: Duration = Duration::from_secs(30);
 
-/// Twenty refunds of 30.00 at once against a payment of 100.00: three are accepted,
-/// the rest refused with 422 and nothing written, and the provider gives back what
-/// the database says.
+/// The refund race of tests/tests/refunds.rs, through the coordinator.
 #[tokio::test]
 async fn concurrent_refunds_never_exceed_the_payment() {
     let Some((cluster, db)) =
@@ -25,55 +22,7 @@ async fn concurrent_refunds_never_exceed_the_payment() {
     };
     let stack = Stack::start_on(db, &[]).await;
     let _executor = Executor::start(&stack.db.url, &stack.sim.base_url, &[]).await;
-    let body = json!({"customer_id": "cus_refund", "invoice_id": "inv-1", "amount": "100.00"});
-    let paid = stack.post("payment", "pay-1", body).await;
-    assert_eq!(paid.status, 202, "{}", paid.body);
-    let payment: Uuid = paid.operation_id().parse().unwrap();
-    stack.wait_for_status(payment, "SUCCEEDED", SETTLE).await;
-
-    let before = stack.db.counts().await;
-    let keys: Vec<String> = (0..20).map(|i| format!("refund-{i}")).collect();
-    let replies = join_all(
-        keys.iter()
-            .map(|key| stack.refund(payment, Some("30.00"), key)),
-    )
-    .await;
-    let accepted: Vec<Uuid> = replies
-        .iter()
-        .filter(|r| r.status == 202)
-        .map(|r| r.operation_id().parse().unwrap())
-        .collect();
-    for refused in replies.iter().filter(|r| r.status != 202) {
-        refused.assert_problem(422);
-        assert!(refused.body["type"]
-            .as_str()
-            .unwrap()
-            .ends_with("refund-exceeds-payment"));
-    }
-    assert_eq!(accepted.len(), 3, "30.00 fits three times into 100.00");
-    assert_eq!(
-        stack.db.counts().await.operations,
-        before.operations + 3,
-        "refused refunds wrote nothing"
-    );
-    let mut succeeded = Decimal::ZERO;
-    for id in &accepted {
-        succeeded += stack
-            .wait_for_status(*id, "SUCCEEDED", SETTLE)
-            .await
-            .amount
-            .unwrap();
-    }
-    let refunds = stack.ledger_refunds().await;
-    let given_back: Decimal = refunds
-        .iter()
-        .map(|r| r["amount"].as_str().unwrap().parse::<Decimal>().unwrap())
-        .sum();
-    assert_eq!(
-        given_back, succeeded,
-        "the provider agrees with the database"
-    );
-    assert_eq!(given_back, "90.00".parse::<Decimal>().unwrap());
+    opgate_e2e::guardrails::twenty_refunds_of_30_against_100(&stack).await;
     drop(stack);
     cluster.drop_everywhere().await;
 }
