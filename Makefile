@@ -32,6 +32,7 @@ test-citus:
 	@test -n "$$OPGATE_TEST_CITUS_URL" || { echo "test-citus: set OPGATE_TEST_CITUS_URL to a Citus coordinator's URL (docs/scale-out.md)" >&2; exit 2; }
 	$(CARGO) build --workspace --bins --tests
 	PG_SETTINGS="$(TEST_PG_SETTINGS)" $(WITH_PG) $(CARGO) test -p opgate-e2e --test citus --test citus_routing --test citus_guardrails
+	PG_SETTINGS="$(TEST_PG_SETTINGS)" $(WITH_PG) $(CARGO) test -p opgate-e2e --test outbox_rotation citus
 
 ## python-tools: the pinned Python tools the tests run (localstripe), in target/pytools.
 python-tools:

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use opgate_e2e::citus::CitusDb;
 use opgate_e2e::db::{empty_database, register_payment};
 use opgate_e2e::{eventually, opgate, Executor, Stack};
 use uuid::Uuid;
@@ -56,7 +57,23 @@ async fn held_snapshot(url: &str, statement: &str) -> (tokio_postgres::Client, i
 
 #[tokio::test]
 async fn a_lease_held_while_its_event_moves_partition_is_kept_and_nothing_runs_twice() {
-    let stack = Stack::start(&[]).await;
+    leases_and_events_survive_rotation(Stack::start(&[]).await).await;
+}
+
+/// The same on Citus (`make test-citus`), where the rotation reads the shards' sizes
+/// and statistics and locks the partition on every worker.
+#[tokio::test]
+async fn citus_rotates_the_outbox_and_keeps_leases_and_events() {
+    let Some((cluster, db)) =
+        CitusDb::migrated("citus_rotates_the_outbox_and_keeps_leases_and_events", 8).await
+    else {
+        return;
+    };
+    leases_and_events_survive_rotation(Stack::start_on(db, &[]).await).await;
+    cluster.drop_everywhere().await;
+}
+
+async fn leases_and_events_survive_rotation(stack: Stack) {
     // Every provider call takes 8 s: the events rotate (every 2 s) while their
     // leases are held, and the 3 s lease must be renewed by heartbeats that find them
     // in their new partition.

@@ -38,6 +38,25 @@ WHERE p.isleaf
   AND (COALESCE(s.n_live_tup, 0) <= $1 OR COALESCE(s.n_dead_tup, 0) * 2 >= s.n_live_tup)
 ORDER BY 1";
 
+/// `STALE_PARTITIONS` on Citus, where the coordinator's partitions are empty shells:
+/// the sizes and the statistics are the shards', summed over the workers.
+const STALE_PARTITIONS_ON_CITUS: &str = "
+SELECT c.relname::text FROM pg_partition_tree('outbox') p
+JOIN pg_class c ON c.oid = p.relid
+CROSS JOIN LATERAL (
+    SELECT COALESCE(sum(split_part(r.result, ' ', 1)::bigint), 0)::bigint AS live,
+           COALESCE(sum(split_part(r.result, ' ', 2)::bigint), 0)::bigint AS dead
+    FROM run_command_on_shards(p.relid::regclass::text,
+        $cmd$SELECT COALESCE(max(n_live_tup), 0) || ' ' || COALESCE(max(n_dead_tup), 0)
+             FROM pg_stat_user_tables WHERE relid = '%s'::regclass$cmd$) r
+    WHERE r.success
+) s
+WHERE p.isleaf
+  AND c.relname <> format('outbox_s%s', outbox_current_slot())
+  AND citus_relation_size(p.relid) > 0
+  AND (s.live <= $1 OR s.dead * 2 >= s.live)
+ORDER BY 1";
+
 /// Up to this many live events, a partition is rotated whatever its dead rows.
 const CHEAP_TO_MOVE: i64 = 1000;
 
@@ -76,9 +95,14 @@ impl Store {
         &self,
         lock_timeout: Duration,
     ) -> Result<OutboxRotation, StoreError> {
+        let distributed = self.is_distributed().await?;
         let mut client = self.client().await?;
+        let stale_partitions = match distributed {
+            true => STALE_PARTITIONS_ON_CITUS,
+            false => STALE_PARTITIONS,
+        };
         let stale: Vec<String> = client
-            .query(STALE_PARTITIONS, &[&CHEAP_TO_MOVE])
+            .query(stale_partitions, &[&CHEAP_TO_MOVE])
             .await?
             .iter()
             .map(|row| row.get(0))
@@ -90,14 +114,19 @@ impl Store {
                     "outbox partition {partition} is not named outbox_s<slot>"
                 )));
             };
-            let holder = client.query_opt(LONG_HOLDER, &[&partition]).await?;
-            if let Some(row) = holder {
-                rotation.held_by = Some(row.get(0));
-                rotation.skipped += 1;
-                continue;
+            // (On Citus the locks are the workers': there the lock timeout alone
+            // bounds the wait.)
+            if !distributed {
+                let holder = client.query_opt(LONG_HOLDER, &[&partition]).await?;
+                if let Some(row) = holder {
+                    rotation.held_by = Some(row.get(0));
+                    rotation.skipped += 1;
+                    continue;
+                }
             }
             let transaction = client.transaction().await?;
-            match rotate_one(&transaction, &partition, slot, lock_timeout).await? {
+            let rotated = rotate_one(&transaction, &partition, slot, lock_timeout, distributed);
+            match rotated.await? {
                 Some(moved) => {
                     transaction.commit().await?;
                     rotation.truncated += 1;
@@ -119,6 +148,7 @@ async fn rotate_one(
     partition: &str,
     slot: i16,
     lock_timeout: Duration,
+    distributed: bool,
 ) -> Result<Option<u64>, StoreError> {
     let turn: bool = transaction
         .query_one(TAKE_TURN, &[&ROTATION_LOCK_ID])
@@ -128,8 +158,14 @@ async fn rotate_one(
         return Ok(None);
     }
     let millis = lock_timeout.as_millis().max(1);
+    // On Citus the lock is taken on every worker too, where the timeout must also
+    // hold; Citus sends SET LOCAL on only when asked to.
+    let on_workers = match distributed {
+        true => "SET LOCAL citus.propagate_set_commands = 'local'; ",
+        false => "",
+    };
     transaction
-        .batch_execute(&format!("SET LOCAL lock_timeout = {millis}"))
+        .batch_execute(&format!("{on_workers}SET LOCAL lock_timeout = {millis}"))
         .await?;
     let lock = format!("LOCK TABLE {partition} IN ACCESS EXCLUSIVE MODE");
     match transaction.batch_execute(&lock).await {
