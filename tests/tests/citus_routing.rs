@@ -1,8 +1,10 @@
 //! On Citus, every statement that changes one operation names its agent
-//! (docs/scale-out.md). The writes that follow a claim (heartbeat, attempt counting,
-//! requeue, completion, stale-write audit, release) commit on the agent's node alone: a
-//! statement that filtered on the operation alone would run on every shard, and Citus
-//! would commit it on both workers in two phases, which the record of prepared
+//! (docs/scale-out.md). The executor's and the reconciler's claims and the writes that
+//! follow them (heartbeat, attempt counting, requeue, completion, stale-write audit,
+//! release) commit on the agent's node alone: a statement that filtered on the
+//! operation alone would run on every shard, and one that audits with an
+//! `INSERT … SELECT` from its own update would send the rows to every worker; Citus
+//! would commit either on both workers in two phases, which the record of prepared
 //! transactions shows (so the coordinator must run with
 //! `citus.recover_2pc_interval = -1`; `make test-citus`). An operator's approval and
 //! rejection decide as on one PostgreSQL.
@@ -30,21 +32,27 @@ async fn status(sql: &tokio_postgres::Client, id: uuid::Uuid) -> String {
 }
 
 #[tokio::test]
-async fn every_write_after_a_claim_commits_on_the_agents_node() {
-    let Some((cluster, db)) =
-        CitusDb::migrated("every_write_after_a_claim_commits_on_the_agents_node", 8).await
+async fn claims_and_every_write_after_them_commit_on_the_agents_node() {
+    let Some((cluster, db)) = CitusDb::migrated(
+        "claims_and_every_write_after_them_commit_on_the_agents_node",
+        8,
+    )
+    .await
     else {
         return;
     };
     let sql = db.sql().await;
     // One agent on each worker, three payments each, claimed agent by agent.
     let agents = agents_on_every_worker(&sql, 1).await;
-    let mut claimed = Vec::new();
     for agent in &agents {
         db.create_agent(agent, &["--allow", "payment"]);
         for i in 0..3 {
             register_payment(&db.store, agent, &format!("{agent}-{i}"), "10.00").await;
         }
+    }
+    let before = prepared_transactions(&sql).await;
+    let mut claimed = Vec::new();
+    for agent in &agents {
         let ops = db
             .store
             .claim_due_operations_of_agent(OWNER, LEASE, 10, agent)
@@ -53,7 +61,6 @@ async fn every_write_after_a_claim_commits_on_the_agents_node() {
         assert_eq!(ops.len(), 3, "{agent}'s three payments");
         claimed.push(ops);
     }
-    let before = prepared_transactions(&sql).await;
 
     let mut completions = Vec::new();
     for ops in &claimed {
@@ -83,6 +90,14 @@ async fn every_write_after_a_claim_commits_on_the_agents_node() {
     stale.lease = claimed[1][2].lease();
     stale.lease.fencing_token -= 1;
     completions.push(stale);
+    let uncertain: Vec<FencedTransition> = claimed
+        .iter()
+        .map(|ops| FencedTransition {
+            lease: ops[2].lease(),
+            from: OperationStatus::InProgress,
+            transition: Transition::to(OperationStatus::Unknown, "answer lost"),
+        })
+        .collect();
     let writes = db
         .store
         .transition_batch_with_fence(OWNER, &completions)
@@ -96,17 +111,43 @@ async fn every_write_after_a_claim_commits_on_the_agents_node() {
             FencedWrite::RejectedStale
         ]
     );
+    // Two operations UNKNOWN, then claimed by the reconciler, agent by agent.
+    let writes = db
+        .store
+        .transition_batch_with_fence(OWNER, &uncertain)
+        .await
+        .unwrap();
+    assert_eq!(writes, [FencedWrite::Applied, FencedWrite::Applied]);
+    let reconciling = db
+        .store
+        .claim_due_reconciliations("reconciler-test", LEASE, 10)
+        .await
+        .unwrap();
+    assert_eq!(reconciling.len(), 2, "one UNKNOWN payment of each agent");
 
     assert_eq!(
         prepared_transactions(&sql).await,
         before,
-        "a write after the claim was committed on more than one node"
+        "a claim or a write after it was committed on more than one node"
     );
     for ops in &claimed {
         assert_eq!(status(&sql, ops[0].operation_id).await, "SUCCEEDED");
         assert_eq!(status(&sql, ops[1].operation_id).await, "PENDING");
-        assert_eq!(status(&sql, ops[2].operation_id).await, "IN_PROGRESS");
+        assert_eq!(status(&sql, ops[2].operation_id).await, "RECONCILING");
     }
+    let claims: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM operation_events
+             WHERE reason IN ('claimed', 'provider lookup (check 1)')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        claims, 8,
+        "every claim audited: 6 by the executor, 2 by the reconciler"
+    );
     let refusals: i64 = sql
         .query_one(
             "SELECT count(*) FROM operation_events WHERE outcome = 'rejected_stale'",

@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 
 use uuid::Uuid;
 
+use crate::audit_apart::returning_audit_rows;
 use crate::citus::{agent_by_agent, for_one_agent};
 use crate::error::StoreError;
 use crate::pool::Store;
@@ -25,17 +26,18 @@ WITH due AS (
     WHERE op.operation_id = due.operation_id AND op.status = 'AWAITING_APPROVAL'
     RETURNING op.operation_id, op.agent_id
 ), audit AS (
-    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
+    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
     SELECT operation_id, agent_id, 'AWAITING_APPROVAL', 'FAILED', $1,
-           'approval expired: no operator decided in time'
+           'approval expired: no operator decided in time', NULL::bigint
     FROM expired
 )
 SELECT operation_id FROM expired";
 
-/// `EXPIRE_APPROVALS` for one agent (`$3`), which Citus runs on one node.
+/// `EXPIRE_APPROVALS` for one agent (`$3`), which Citus runs on one node, its audit
+/// rows written apart (`audit_apart`).
 static EXPIRE_APPROVALS_OF_AGENT: LazyLock<String> = LazyLock::new(|| {
     for_one_agent(
-        EXPIRE_APPROVALS,
+        &returning_audit_rows(EXPIRE_APPROVALS),
         &[
             (
                 "WHERE status = 'AWAITING_APPROVAL' AND approval_expires_at <= now()",
@@ -60,14 +62,14 @@ impl Store {
     pub async fn expire_approvals(&self, actor: &str, batch: i64) -> Result<Vec<Uuid>, StoreError> {
         // Before the connection: the first call takes one of its own.
         let distributed = self.is_distributed().await?;
-        let client = self.client().await?;
+        let mut client = self.client().await?;
         if !distributed {
             let statement = client.prepare_cached(EXPIRE_APPROVALS).await?;
             let rows = client.query(&statement, &[&actor, &batch]).await?;
             return Ok(rows.iter().map(|row| row.get("operation_id")).collect());
         }
         let rows = agent_by_agent(
-            &client,
+            &mut client,
             EXPIRED_APPROVAL_AGENTS,
             &EXPIRE_APPROVALS_OF_AGENT,
             &[&actor],

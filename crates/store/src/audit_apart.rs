@@ -38,7 +38,9 @@ fn insert_audit_rows(rows: usize) -> String {
 }
 
 /// `statement` without its audit CTE (which must come last), its final `SELECT`
-/// replaced by the one that CTE inserted: the rows to audit, operation id first.
+/// replaced by the one that CTE inserted, followed by every column of the rows it
+/// audited: the seven columns to audit first, then the rows the final `SELECT` read
+/// by name (a name that comes twice is the same value twice).
 pub(crate) fn returning_audit_rows(statement: &str) -> String {
     let (head, audit) = statement
         .split_once(AUDIT_CTE)
@@ -46,7 +48,14 @@ pub(crate) fn returning_audit_rows(statement: &str) -> String {
     let (select, _) = audit
         .split_once("\n)\nSELECT ")
         .expect("the audit CTE is followed by the final SELECT");
-    format!("{head})\nSELECT {select}")
+    let (columns, source) = select
+        .rsplit_once("FROM ")
+        .expect("the audit CTE selects from the rows it audits");
+    let source = source.trim();
+    format!(
+        "{head})\nSELECT {}, {source}.* FROM {source}",
+        columns.trim_end()
+    )
 }
 
 /// Runs `statement` (in `returning_audit_rows` form) and inserts the audit rows it
@@ -130,7 +139,8 @@ SELECT count(*) FROM updated";
         let apart = returning_audit_rows(statement);
         assert!(apart.ends_with(
             "RETURNING operation_id, agent_id\n)\n\
-             SELECT operation_id, agent_id, 'IN_PROGRESS', 'PENDING', $5, $6, $2 FROM updated"
+             SELECT operation_id, agent_id, 'IN_PROGRESS', 'PENDING', $5, $6, $2, updated.* \
+             FROM updated"
         ));
         assert!(!apart.contains("INSERT"));
         assert!(insert_audit_rows(2)

@@ -14,6 +14,7 @@
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
+use crate::audit_apart::write_then_audit;
 use crate::error::StoreError;
 use crate::migrate::{MIGRATION_LOCK_ID, RELEASE_LOCK, TAKE_LOCK};
 use crate::operations::Layout;
@@ -225,16 +226,16 @@ pub(crate) fn for_one_agent(statement: &str, replacements: &[(&str, &str)]) -> S
 /// On Citus, a claim agent by agent: runs `per_agent` for each agent that `agents`
 /// finds (its `$1`: at most `batch` of them), with `leading`, then the rows still
 /// wanted, then the agent as its parameters, until `batch` rows came back. Each
-/// statement names one agent, so Citus runs it on one node.
+/// statement names one agent, so Citus runs it on one node, and returns its audit
+/// rows (`audit_apart`), inserted in the same transaction.
 pub(crate) async fn agent_by_agent(
-    client: &deadpool_postgres::Object,
+    client: &mut deadpool_postgres::Object,
     agents: &str,
     per_agent: &str,
     leading: &[&(dyn ToSql + Sync)],
     batch: i64,
 ) -> Result<Vec<Row>, StoreError> {
     let agents = client.prepare_cached(agents).await?;
-    let per_agent = client.prepare_cached(per_agent).await?;
     let mut rows = Vec::new();
     for row in client.query(&agents, &[&batch]).await? {
         let agent: String = row.get(0);
@@ -245,7 +246,7 @@ pub(crate) async fn agent_by_agent(
         let mut params = leading.to_vec();
         params.push(&left);
         params.push(&agent);
-        rows.extend(client.query(&per_agent, &params).await?);
+        rows.extend(write_then_audit(client, per_agent, &params).await?);
     }
     Ok(rows)
 }

@@ -125,11 +125,11 @@ static CLAIM_DUE_FROM: LazyLock<String> = LazyLock::new(|| {
 
 /// `CLAIM_DUE` for one agent's events (`$4`): on Citus every table in it is then
 /// filtered by the distribution column, so the statement, row locks included, runs on
-/// the one node that holds the agent's shard. Citus refuses `FOR UPDATE` in a query
-/// that spans shards.
+/// the one node that holds the agent's shard (Citus refuses `FOR UPDATE` in a query
+/// that spans shards), its audit rows written apart (`audit_apart`).
 static CLAIM_DUE_FOR_AGENT: LazyLock<String> = LazyLock::new(|| {
     for_one_agent(
-        CLAIM_DUE,
+        &returning_audit_rows(CLAIM_DUE),
         &[
             (
                 "JOIN operations op ON op.operation_id = o.operation_id",
@@ -275,11 +275,10 @@ impl Store {
         batch: i64,
         agent_id: &str,
     ) -> Result<Vec<ClaimedOperation>, StoreError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(&CLAIM_DUE_FOR_AGENT).await?;
-        let rows = client
-            .query(&statement, &[&owner, &millis(lease), &batch, &agent_id])
-            .await?;
+        let mut client = self.client().await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&owner, &millis(lease), &batch, &agent_id];
+        let rows = write_then_audit(&mut client, &CLAIM_DUE_FOR_AGENT, &params).await?;
         rows.iter().map(claimed_from_row).collect()
     }
 

@@ -12,6 +12,7 @@ use rust_decimal::Decimal;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::audit_apart::returning_audit_rows;
 use crate::citus::{agent_by_agent, for_one_agent};
 use crate::error::StoreError;
 use crate::execution::millis;
@@ -83,10 +84,11 @@ WITH due_unknown AS (
 )
 SELECT * FROM claimed";
 
-/// `CLAIM_DUE_RECONCILIATIONS` for one agent (`$4`), which Citus runs on one node.
+/// `CLAIM_DUE_RECONCILIATIONS` for one agent (`$4`), which Citus runs on one node, its
+/// audit rows written apart (`audit_apart`).
 static CLAIM_DUE_RECONCILIATIONS_OF_AGENT: LazyLock<String> = LazyLock::new(|| {
     for_one_agent(
-        CLAIM_DUE_RECONCILIATIONS,
+        &returning_audit_rows(CLAIM_DUE_RECONCILIATIONS),
         &[
             (
                 "WHERE status = 'UNKNOWN' AND",
@@ -124,7 +126,7 @@ impl Store {
     ) -> Result<Vec<ClaimedReconciliation>, StoreError> {
         // Before the connection: the first call takes one of its own.
         let distributed = self.is_distributed().await?;
-        let client = self.client().await?;
+        let mut client = self.client().await?;
         if !distributed {
             let statement = client.prepare_cached(CLAIM_DUE_RECONCILIATIONS).await?;
             let rows = client
@@ -133,7 +135,7 @@ impl Store {
             return rows.iter().map(claimed_from_row).collect();
         }
         let rows = agent_by_agent(
-            &client,
+            &mut client,
             DUE_RECONCILIATION_AGENTS,
             &CLAIM_DUE_RECONCILIATIONS_OF_AGENT,
             &[&owner, &millis(lease)],
