@@ -113,23 +113,36 @@ impl TestDb {
     }
 }
 
-/// Registers a payment of `amount` through the store, as intake does: PENDING, with its
-/// outbox event; invoice `inv_<key>`.
-pub async fn register_payment(store: &Store, agent: &str, key: &str, amount: &str) -> uuid::Uuid {
-    let request =
-        opgate_domain::PaymentRequest::parse("cus_1", &format!("inv_{key}"), amount, None)
-            .unwrap()
-            .to_operation_request();
-    let key = opgate_domain::IdempotencyKey::parse(key).unwrap();
-    let new = opgate_store::NewOperation {
+/// A payment of `amount` for customer cus_1, invoice `inv_<key>`.
+pub fn payment_request(key: &str, amount: &str) -> opgate_domain::OperationRequest {
+    opgate_domain::PaymentRequest::parse("cus_1", &format!("inv_{key}"), amount, None)
+        .unwrap()
+        .to_operation_request()
+}
+
+/// `request` as intake registers it for `agent` under `key`, with a new id.
+pub fn new_operation<'a>(
+    agent: &'a str,
+    key: &'a opgate_domain::IdempotencyKey,
+    request: &'a opgate_domain::OperationRequest,
+) -> opgate_store::NewOperation<'a> {
+    opgate_store::NewOperation {
         operation_id: uuid::Uuid::new_v4(),
         agent_id: agent,
-        idempotency_key: &key,
-        request: &request,
+        idempotency_key: key,
+        request,
         provider: opgate_domain::OPGATE_HTTP_PROVIDER,
         awaiting_approval_for: None,
         trace_context: None,
-    };
+    }
+}
+
+/// Registers a payment of `amount` through the store, as intake does: PENDING, with its
+/// outbox event; invoice `inv_<key>`.
+pub async fn register_payment(store: &Store, agent: &str, key: &str, amount: &str) -> uuid::Uuid {
+    let request = payment_request(key, amount);
+    let key = opgate_domain::IdempotencyKey::parse(key).unwrap();
+    let new = new_operation(agent, &key, &request);
     match store.register_operation(&new).await.unwrap() {
         opgate_store::Registration::Created(record) => record.operation_id,
         other => panic!("expected a new operation, got {other:?}"),

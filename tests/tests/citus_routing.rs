@@ -11,12 +11,15 @@
 
 use std::time::Duration;
 
+use opgate_domain::IdempotencyKey;
 use opgate_domain::{OperationStatus, Transition};
 use opgate_e2e::api::{payment_body, post_payment};
 use opgate_e2e::citus::{agents_on_every_worker, prepared_transactions, CitusDb};
-use opgate_e2e::db::register_payment;
+use opgate_e2e::db::{new_operation, payment_request, register_payment};
 use opgate_e2e::Intake;
-use opgate_store::{FencedTransition, FencedWrite, OperatorAction};
+use opgate_store::{
+    FencedTransition, FencedWrite, OperatorAction, PendingRegistration, Registration,
+};
 
 const LEASE: Duration = Duration::from_secs(30);
 const OWNER: &str = "routing-test";
@@ -220,6 +223,71 @@ async fn operator_decisions_on_both_workers_decide_once() {
         assert_eq!(status(&sql, pair[0]).await, "PENDING");
         assert_eq!(status(&sql, pair[1]).await, "FAILED");
     }
+    drop(sql);
+    cluster.drop_everywhere().await;
+}
+
+/// One group-commit batch of four agents on both workers, with a key twice in it and a
+/// key taken before it, once with the same request and once with another: it commits
+/// shard by shard without two phases, and answers each registration as one
+/// PostgreSQL does.
+#[tokio::test]
+async fn a_group_commit_batch_commits_shard_by_shard() {
+    let Some((cluster, db)) =
+        CitusDb::migrated("a_group_commit_batch_commits_shard_by_shard", 8).await
+    else {
+        return;
+    };
+    let sql = db.sql().await;
+    let agents = agents_on_every_worker(&sql, 2).await;
+    for agent in &agents {
+        db.create_agent(agent, &["--allow", "payment"]);
+    }
+    register_payment(&db.store, &agents[0], "taken", "10.00").await;
+    let pending = |agent: &str, key: &str, amount: &str| {
+        let request = payment_request(key, amount);
+        let key = IdempotencyKey::parse(key).unwrap();
+        PendingRegistration::from_new(&new_operation(agent, &key, &request))
+    };
+    let mut batch: Vec<PendingRegistration> = agents
+        .iter()
+        .flat_map(|agent| (0..3).map(move |i| (agent.clone(), format!("batch-{i}"))))
+        .map(|(agent, key)| pending(&agent, &key, "10.00"))
+        .collect();
+    batch.push(pending(&agents[1], "batch-0", "10.00"));
+    // "taken" was registered with invoice inv_taken and 10.00 (register_payment).
+    batch.push(pending(&agents[0], "taken", "10.00"));
+    batch.push(pending(&agents[0], "taken", "99.00"));
+
+    let before = prepared_transactions(&sql).await;
+    let answers = db.store.register_batch(&batch).await.unwrap();
+    assert_eq!(
+        prepared_transactions(&sql).await,
+        before,
+        "a part of the batch was committed on more than one node"
+    );
+    let created = answers
+        .iter()
+        .filter(|a| matches!(a, Registration::Created(_)))
+        .count();
+    assert_eq!(created, 12, "three new keys for each of four agents");
+    let duplicate = (&answers[3], &answers[12]);
+    assert!(
+        matches!(duplicate, (Registration::Created(first), Registration::Replayed(again)) if first.operation_id == again.operation_id),
+        "{duplicate:?}"
+    );
+    assert!(
+        matches!(answers[13], Registration::Replayed(_)),
+        "{:?}",
+        answers[13]
+    );
+    assert!(
+        matches!(answers[14], Registration::KeyReused),
+        "{:?}",
+        answers[14]
+    );
+    let counts = db.counts().await;
+    assert_eq!((counts.operations, counts.outbox), (13, 13));
     drop(sql);
     cluster.drop_everywhere().await;
 }

@@ -257,12 +257,9 @@ async fn write(
                 }
             }
         }
-        // Group commit batches registrations of many agents into one statement: on
-        // Citus that would be a distributed commit over several nodes, so there each
-        // registration commits alone, on its agent's node (docs/scale-out.md).
-        (None, Some(batcher))
-            if awaiting_approval_for.is_none() && !state.store.is_distributed().await? =>
-        {
+        // (On Citus the batch commits shard by shard, each part on its node alone:
+        // docs/scale-out.md.)
+        (None, Some(batcher)) if awaiting_approval_for.is_none() => {
             batcher.submit(PendingRegistration::from_new(&new)).await?
         }
         (None, _) => state.store.register_operation(&new).await?,

@@ -28,6 +28,7 @@ mod rate_limited;
 mod reconciliation;
 mod refunds;
 mod registration_batch;
+mod registration_by_shard;
 mod stats;
 mod tuning;
 

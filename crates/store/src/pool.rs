@@ -47,6 +47,8 @@ pub struct Store {
     pub(crate) pool: Pool,
     /// Whether the tables are distributed on Citus (`Store::is_distributed`).
     pub(crate) distributed: std::sync::Arc<tokio::sync::OnceCell<bool>>,
+    /// On Citus, the shard of each agent's rows (`register_batch_by_shard`).
+    pub(crate) shards: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, i64>>>,
 }
 
 impl Store {
@@ -95,6 +97,7 @@ impl Store {
         Ok(Self {
             pool,
             distributed: Default::default(),
+            shards: Default::default(),
         })
     }
 

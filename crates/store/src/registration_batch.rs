@@ -12,22 +12,24 @@ use rust_decimal::Decimal;
 use uuid::Uuid;
 
 use crate::error::StoreError;
-use crate::operations::{operation_columns, operation_from_row, NewOperation, Registration};
+use crate::operations::{
+    operation_columns, operation_from_row, NewOperation, OperationRecord, Registration,
+};
 use crate::pool::{query_rerunning_deadlock_victim, Store};
 
 /// A registration that can wait in a queue (owns its values).
 #[derive(Debug, Clone)]
 pub struct PendingRegistration {
-    operation_id: Uuid,
-    agent_id: String,
-    idempotency_key: String,
-    operation_type: String,
-    provider: String,
-    request_hash: RequestHash,
-    payload: serde_json::Value,
-    amount: Option<Decimal>,
-    currency: Option<&'static str>,
-    trace_context: Option<String>,
+    pub(crate) operation_id: Uuid,
+    pub(crate) agent_id: String,
+    pub(crate) idempotency_key: String,
+    pub(crate) operation_type: String,
+    pub(crate) provider: String,
+    pub(crate) request_hash: RequestHash,
+    pub(crate) payload: serde_json::Value,
+    pub(crate) amount: Option<Decimal>,
+    pub(crate) currency: Option<&'static str>,
+    pub(crate) trace_context: Option<String>,
 }
 
 impl PendingRegistration {
@@ -88,12 +90,25 @@ const FIND_BY_KEYS: &str = concat!(
 impl Store {
     /// Registers every operation of the batch in one transaction and answers each in
     /// order. If the statement fails, it fails for the whole batch and nothing of it
-    /// is written.
+    /// is written. (On Citus, one transaction per shard the batch touches:
+    /// `register_batch_by_shard`.)
     #[tracing::instrument(name = "INSERT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "operations", db.operation.batch.size = batch.len()))]
     pub async fn register_batch(
         &self,
         batch: &[PendingRegistration],
     ) -> Result<Vec<Registration>, StoreError> {
+        if self.is_distributed().await? {
+            let created = self.register_batch_by_shard(batch).await?;
+            let created: HashMap<Uuid, OperationRecord> =
+                created.into_iter().map(|r| (r.operation_id, r)).collect();
+            let taken: Vec<(&str, &str)> = batch
+                .iter()
+                .filter(|r| !created.contains_key(&r.operation_id))
+                .map(|r| (r.agent_id.as_str(), r.idempotency_key.as_str()))
+                .collect();
+            let existing = self.find_each_by_key(&taken).await?;
+            return answers(batch, created, existing);
+        }
         let client = self.client().await?;
         // Keys in one order for every batch: two batches inserting overlapping keys in
         // different orders would each wait on the other's unique-index entry (deadlock).
@@ -135,7 +150,7 @@ impl Store {
             let record = operation_from_row(row)?;
             created.insert(record.operation_id, record);
         }
-        let mut existing = HashMap::new();
+        let mut existing = Vec::new();
         if created.len() < batch.len() {
             let (agents, keys): (Vec<&str>, Vec<&str>) = batch
                 .iter()
@@ -144,26 +159,39 @@ impl Store {
                 .unzip();
             let find = client.prepare_cached(FIND_BY_KEYS).await?;
             for row in client.query(&find, &[&agents, &keys]).await? {
-                let key: String = row.get("idempotency_key");
-                let record = operation_from_row(&row)?;
-                existing.insert((record.agent_id.clone(), key), record);
+                existing.push((row.get("idempotency_key"), operation_from_row(&row)?));
             }
         }
-        batch
-            .iter()
-            .map(|r| {
-                if let Some(record) = created.remove(&r.operation_id) {
-                    return Ok(Registration::Created(record));
-                }
-                let record = existing
-                    .get(&(r.agent_id.clone(), r.idempotency_key.clone()))
-                    .ok_or_else(|| StoreError::Corrupt("a conflicting key vanished".into()))?;
-                Ok(if record.request_hash == r.request_hash {
-                    Registration::Replayed(record.clone())
-                } else {
-                    Registration::KeyReused
-                })
-            })
-            .collect()
+        answers(batch, created, existing)
     }
+}
+
+/// Each registration's answer, in the batch's order: created by this batch, or the
+/// operation its key already names (`existing`, with that key), replayed or a reused
+/// key.
+fn answers(
+    batch: &[PendingRegistration],
+    mut created: HashMap<Uuid, OperationRecord>,
+    existing: Vec<(String, OperationRecord)>,
+) -> Result<Vec<Registration>, StoreError> {
+    let by_key: HashMap<(&str, &str), &OperationRecord> = existing
+        .iter()
+        .map(|(key, r)| ((r.agent_id.as_str(), key.as_str()), r))
+        .collect();
+    batch
+        .iter()
+        .map(|r| {
+            if let Some(record) = created.remove(&r.operation_id) {
+                return Ok(Registration::Created(record));
+            }
+            let record = by_key
+                .get(&(r.agent_id.as_str(), r.idempotency_key.as_str()))
+                .ok_or_else(|| StoreError::Corrupt("a conflicting key vanished".into()))?;
+            Ok(if record.request_hash == r.request_hash {
+                Registration::Replayed((*record).clone())
+            } else {
+                Registration::KeyReused
+            })
+        })
+        .collect()
 }
