@@ -1,13 +1,12 @@
 //! On Citus, every statement that changes one operation names its agent
-//! (docs/scale-out.md). The executor's and the reconciler's claims and the writes that
+//! (docs/scale-out.md). The executor's and the reconciler's claims, the writes that
 //! follow them (heartbeat, attempt counting, requeue, completion, stale-write audit,
-//! release) commit on the agent's node alone: a statement that filtered on the
-//! operation alone would run on every shard, and one that audits with an
-//! `INSERT … SELECT` from its own update would send the rows to every worker; Citus
-//! would commit either on both workers in two phases, which the record of prepared
-//! transactions shows (so the coordinator must run with
-//! `citus.recover_2pc_interval = -1`; `make test-citus`). An operator's approval and
-//! rejection decide as on one PostgreSQL.
+//! release) and operators' decisions commit on the agent's node alone: a statement
+//! that filtered on the operation alone would run on every shard, and one that audits
+//! with an `INSERT … SELECT` from its own update would send the rows to every worker;
+//! Citus would commit either on both workers in two phases, which the record of
+//! prepared transactions shows (so the coordinator must run with
+//! `citus.recover_2pc_interval = -1`; `make test-citus`).
 
 use std::time::Duration;
 
@@ -127,6 +126,31 @@ async fn claims_and_every_write_after_them_commit_on_the_agents_node() {
         .await
         .unwrap();
     assert_eq!(reconciling.len(), 2, "one UNKNOWN payment of each agent");
+    // One goes to review, and an operator resolves it.
+    let review = FencedTransition {
+        lease: reconciling[0].lease(),
+        from: OperationStatus::Reconciling,
+        transition: Transition::to(OperationStatus::ManualReview, "not found in time"),
+    };
+    let write = db
+        .store
+        .transition_with_fence("reconciler-test", review)
+        .await;
+    assert_eq!(write.unwrap(), FencedWrite::Applied);
+    let resolved = db
+        .store
+        .resolve_manual_review(
+            reconciling[0].operation_id,
+            OperationStatus::Succeeded,
+            Some("pay_found"),
+            "found in the provider's dashboard",
+            "operator:carol",
+        )
+        .await;
+    assert!(
+        matches!(resolved, Ok(OperatorAction::Applied(_))),
+        "{resolved:?}"
+    );
 
     assert_eq!(
         prepared_transactions(&sql).await,
@@ -136,8 +160,12 @@ async fn claims_and_every_write_after_them_commit_on_the_agents_node() {
     for ops in &claimed {
         assert_eq!(status(&sql, ops[0].operation_id).await, "SUCCEEDED");
         assert_eq!(status(&sql, ops[1].operation_id).await, "PENDING");
-        assert_eq!(status(&sql, ops[2].operation_id).await, "RECONCILING");
     }
+    assert_eq!(status(&sql, reconciling[0].operation_id).await, "SUCCEEDED");
+    assert_eq!(
+        status(&sql, reconciling[1].operation_id).await,
+        "RECONCILING"
+    );
     let claims: i64 = sql
         .query_one(
             "SELECT count(*) FROM operation_events
@@ -166,11 +194,12 @@ async fn claims_and_every_write_after_them_commit_on_the_agents_node() {
 
 /// Payments above the agents' approval threshold, through intake, wait for an
 /// operator; approving one queues it (one outbox event), rejecting another fails it,
-/// and a second decision is refused with the status the first left.
+/// and a second decision is refused with the status the first left, each on the
+/// agent's node.
 #[tokio::test]
-async fn operator_decisions_on_both_workers_decide_once() {
+async fn operator_decisions_commit_on_the_agents_node() {
     let Some((cluster, db)) =
-        CitusDb::migrated("operator_decisions_on_both_workers_decide_once", 8).await
+        CitusDb::migrated("operator_decisions_commit_on_the_agents_node", 8).await
     else {
         return;
     };
@@ -197,6 +226,7 @@ async fn operator_decisions_on_both_workers_decide_once() {
             waiting.push(reply.operation_id().parse::<uuid::Uuid>().unwrap());
         }
     }
+    let before = prepared_transactions(&sql).await;
     for pair in waiting.chunks(2) {
         let approved = db.store.approve_operation(pair[0], "carol", None).await;
         assert!(matches!(approved, Ok(OperatorAction::Applied(_))));
@@ -213,6 +243,11 @@ async fn operator_decisions_on_both_workers_decide_once() {
             "{again:?}"
         );
     }
+    assert_eq!(
+        prepared_transactions(&sql).await,
+        before,
+        "an operator's decision was committed on more than one node"
+    );
     let queued: i64 = sql
         .query_one("SELECT count(*) FROM outbox", &[])
         .await

@@ -81,6 +81,17 @@ async fn write_then_audit_once(
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Row>, StoreError> {
     let transaction = client.transaction().await?;
+    let rows = write_then_audit_in(&transaction, statement, params).await?;
+    transaction.commit().await?;
+    Ok(rows)
+}
+
+/// `write_then_audit` in the caller's transaction, which commits it.
+pub(crate) async fn write_then_audit_in(
+    transaction: &deadpool_postgres::Transaction<'_>,
+    statement: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>, StoreError> {
     let write = transaction.prepare_cached(statement).await?;
     let rows = transaction.query(&write, params).await?;
     if !rows.is_empty() {
@@ -91,7 +102,6 @@ async fn write_then_audit_once(
             .await?;
         transaction.execute(&insert, &params).await?;
     }
-    transaction.commit().await?;
     Ok(rows)
 }
 

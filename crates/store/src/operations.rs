@@ -137,7 +137,7 @@ pub(crate) const REGISTER_AWAITING_APPROVAL: &str = concat!(
 /// the one node that holds it, which commits alone.
 const INSERT_OPERATION_ROW: &str = concat!(insert_operation_row!(), operation_columns!());
 const INSERT_AWAITING_ROW: &str = concat!(insert_awaiting_row!(), operation_columns!());
-const INSERT_OUTBOX_EVENT: &str = "
+pub(crate) const INSERT_OUTBOX_EVENT: &str = "
 INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
 VALUES ($1, $2, 'execute', $3)";
 const INSERT_REGISTERED_EVENT: &str = "

@@ -5,10 +5,15 @@
 //! name.
 
 use opgate_domain::OperationStatus;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::audit_apart::{returning_audit_rows, write_then_audit_in};
 use crate::error::StoreError;
-use crate::operations::{operation_columns, operation_from_row, OperationRecord};
+use crate::operations::{
+    operation_columns, operation_from_row, OperationRecord, INSERT_OUTBOX_EVENT,
+};
 use crate::pool::Store;
 
 #[derive(Debug, Clone, Default)]
@@ -55,8 +60,8 @@ const RESOLVE_FROM_REVIEW: &str = concat!(
     WHERE operation_id = $1 AND agent_id = $6 AND status = 'MANUAL_REVIEW'
     RETURNING *
 ), audit AS (
-    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
-    SELECT operation_id, agent_id, 'MANUAL_REVIEW', $2, $5, $4 FROM updated
+    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
+    SELECT operation_id, agent_id, 'MANUAL_REVIEW', $2, $5, $4, NULL::bigint FROM updated
 )
 SELECT ",
     operation_columns!(),
@@ -66,6 +71,16 @@ SELECT ",
 /// AWAITING_APPROVAL → PENDING, its outbox event (the first and only one: nothing was
 /// enqueued while it waited) and its audit row, in one statement: the executors can
 /// claim it as soon as this commits, and only if this applied.
+macro_rules! outbox_event_cte {
+    () => {
+        "), outbox_event AS (
+    INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
+    SELECT operation_id, agent_id, 'execute', trace_context FROM updated
+"
+    };
+}
+const OUTBOX_EVENT_CTE: &str = outbox_event_cte!();
+
 const APPROVE_OPERATION: &str = concat!(
     "WITH updated AS (
     UPDATE operations
@@ -74,12 +89,9 @@ const APPROVE_OPERATION: &str = concat!(
         updated_at = now()
     WHERE operation_id = $1 AND agent_id = $4 AND status = 'AWAITING_APPROVAL'
     RETURNING *
-), outbox_event AS (
-    INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
-    SELECT operation_id, agent_id, 'execute', trace_context FROM updated
-), audit AS (
-    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
-    SELECT operation_id, agent_id, 'AWAITING_APPROVAL', 'PENDING', $2, $3 FROM updated
+", outbox_event_cte!(), "), audit AS (
+    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
+    SELECT operation_id, agent_id, 'AWAITING_APPROVAL', 'PENDING', $2, $3, NULL::bigint FROM updated
 )
 SELECT ",
     operation_columns!(),
@@ -98,8 +110,8 @@ const REJECT_OPERATION: &str = concat!(
     WHERE operation_id = $1 AND agent_id = $4 AND status = 'AWAITING_APPROVAL'
     RETURNING *
 ), audit AS (
-    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
-    SELECT operation_id, agent_id, 'AWAITING_APPROVAL', 'FAILED', $2, $3 FROM updated
+    INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
+    SELECT operation_id, agent_id, 'AWAITING_APPROVAL', 'FAILED', $2, $3, NULL::bigint FROM updated
 )
 SELECT ",
     operation_columns!(),
@@ -160,19 +172,15 @@ impl Store {
         let Some(agent_id) = agent_of(&client, operation_id).await? else {
             return Ok(OperatorAction::NotFound);
         };
-        let row = client
-            .query_opt(
-                RESOLVE_FROM_REVIEW,
-                &[
-                    &operation_id,
-                    &to.as_str(),
-                    &provider_reference,
-                    &reason,
-                    &actor,
-                    &agent_id,
-                ],
-            )
-            .await?;
+        let params: [&(dyn ToSql + Sync); 6] = [
+            &operation_id,
+            &to.as_str(),
+            &provider_reference,
+            &reason,
+            &actor,
+            &agent_id,
+        ];
+        let row = self.decide(RESOLVE_FROM_REVIEW, &params).await?;
         if let Some(row) = row {
             return Ok(OperatorAction::Applied(operation_from_row(&row)?));
         }
@@ -241,9 +249,8 @@ impl Store {
         let Some(agent_id) = agent_of(&client, operation_id).await? else {
             return Ok(OperatorAction::NotFound);
         };
-        let row = client
-            .query_opt(statement, &[&operation_id, &actor, &reason, &agent_id])
-            .await?;
+        let params: [&(dyn ToSql + Sync); 4] = [&operation_id, &actor, &reason, &agent_id];
+        let row = self.decide(statement, &params).await?;
         if let Some(row) = row {
             return Ok(OperatorAction::Applied(operation_from_row(&row)?));
         }
@@ -253,6 +260,38 @@ impl Store {
                 Some(status) => OperatorAction::NotAwaitingApproval(status),
             },
         )
+    }
+}
+
+impl Store {
+    /// Runs an operator's decision; its row if it applied. On Citus its outbox event
+    /// and audit row are written apart (`audit_apart`), in one transaction on the
+    /// agent's node: from the update's CTE they would be committed on every worker.
+    async fn decide(
+        &self,
+        statement: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, StoreError> {
+        let distributed = self.is_distributed().await?;
+        let mut client = self.client().await?;
+        if !distributed {
+            return Ok(client.query_opt(statement, params).await?);
+        }
+        let enqueues = statement.contains(OUTBOX_EVENT_CTE);
+        let apart = returning_audit_rows(&statement.replacen(OUTBOX_EVENT_CTE, "", 1));
+        let transaction = client.transaction().await?;
+        let rows = write_then_audit_in(&transaction, &apart, params).await?;
+        if enqueues {
+            for row in &rows {
+                let (id, agent): (Uuid, String) = (row.get("operation_id"), row.get("agent_id"));
+                let trace: Option<String> = row.get("trace_context");
+                transaction
+                    .execute(INSERT_OUTBOX_EVENT, &[&id, &agent, &trace])
+                    .await?;
+            }
+        }
+        transaction.commit().await?;
+        Ok(rows.into_iter().next())
     }
 }
 
