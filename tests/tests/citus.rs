@@ -128,6 +128,8 @@ async fn migrate_citus_distributes_every_per_operation_table_by_agent_once() {
         placed,
         "the second run changed nothing"
     );
+    drop(client);
+    db.drop_everywhere().await;
 }
 
 #[tokio::test]
