@@ -8,7 +8,7 @@ WITH_PG := scripts/with-postgres.sh
 TEST_PG_SETTINGS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 
 .PHONY: build test python-tools deploy-tools deploy-check readme-check up down mutants \
-	run lint fmt clean-pg bench bench-quick bench-queue-health bench-telemetry bench-citus test-citus
+	run lint fmt clean-pg bench bench-quick bench-queue-health bench-peers bench-peers-quick bench-telemetry bench-citus test-citus
 
 build:
 	$(CARGO) build --workspace --bins
@@ -76,6 +76,16 @@ bench:
 bench-quick:
 	$(CARGO) build --release --workspace --bins
 	$(WITH_PG) bench/run.sh quick
+
+## bench-peers: opgate beside Graphile Worker (npm, pinned in bench/peers/graphile) on the
+## same payments, one PostgreSQL, written to docs/bench-peers.md (~3 min; quick: ~1 min).
+bench-peers:
+	$(CARGO) build --release --workspace --bins
+	$(WITH_PG) bench/peers.sh full
+
+bench-peers-quick:
+	$(CARGO) build --release --workspace --bins
+	$(WITH_PG) bench/peers.sh quick
 
 ## bench-queue-health: the drain with and without a held snapshot, default and tuned
 ## flags (~3 min; make bench runs it too).
