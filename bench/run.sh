@@ -58,6 +58,8 @@ log "mode $mode: migrating, creating the bench agent"
 agent="bench-$(date +%s)"
 key=$("$bin/opgate" agents create "$agent")
 "$bin/opgate" bench-sql register-new --agent "$agent" >"$out/register-new.sql"
+# Stored operations get their ids as intake makes them (UUIDv7, in time order).
+operation_id=$("$bin/opgate" bench-sql operation-id)
 sim=$(start provider-sim "$bin/provider-sim" --listen 127.0.0.1:0)
 sim_url=${sim#provider-sim listening on }
 intake=$(start intake env RUST_LOG=warn "$bin/intake" --listen 127.0.0.1:0)
@@ -198,7 +200,7 @@ for target in $growth; do
          INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type, customer_id,
                                  provider, amount, currency,
                                  request_hash, request_payload, status, attempts, provider_reference)
-         SELECT gen_random_uuid(), '$agent', 'growth-' || g, 'payment', 'cus_bench',
+         SELECT $operation_id, '$agent', 'growth-' || g, 'payment', 'cus_bench',
                 'opgate-http', 10.00, 'USD', repeat('0', 64),
                 '{\"amount\":\"10.00\",\"currency\":\"USD\",\"customer_id\":\"cus_bench\",\"invoice_id\":\"inv_bench\",\"operation_type\":\"payment\"}'::jsonb,
                 'SUCCEEDED', 1, 'pay_growth_' || g

@@ -70,6 +70,15 @@ async fn a_new_payment_is_accepted_with_its_location() {
         (counts.operations, counts.outbox, counts.operation_events),
         (1, 1, 1)
     );
+
+    // Ids are UUIDv7: a later operation's id sorts after an earlier one's.
+    let later = f
+        .post(Some("order-2"), payment_body("cus_1", "inv_2", "250.00"))
+        .await;
+    let (first, second): (uuid::Uuid, uuid::Uuid) =
+        (id.parse().unwrap(), later.operation_id().parse().unwrap());
+    assert_eq!((first.get_version_num(), second.get_version_num()), (7, 7));
+    assert!(first < second, "{first} then {second}");
 }
 
 #[tokio::test]

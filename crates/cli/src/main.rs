@@ -91,6 +91,9 @@ enum BenchSql {
         #[arg(long, default_value_t = 1)]
         batch: u32,
     },
+    /// An SQL expression making an operation id as intake does (UUIDv7), for fills.
+    #[command(name = "operation-id")]
+    OperationId,
     /// Plain SQL registering keys PREFIX1 … PREFIX<KEYS> (to prepare a replay run).
     #[command(name = "register-keys")]
     Keys {
@@ -172,6 +175,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 key_prefix,
                 keys,
             } => opgate_store::bench_sql::register_keys(agent, key_prefix, *keys),
+            BenchSql::OperationId => format!("{}\n", opgate_store::bench_sql::NEW_OPERATION_ID),
         };
         print!("{text}");
         return Ok(());

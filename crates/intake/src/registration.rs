@@ -12,7 +12,6 @@ use opgate_store::{
     Registration,
 };
 use opgate_telemetry::metrics;
-use uuid::Uuid;
 
 use crate::auth::AuthenticatedAgent;
 use crate::body::{parse_object_value, require_exact_number};
@@ -215,7 +214,7 @@ async fn write(
         Prepared::Plain { request, provider } => (request, provider),
         Prepared::Refund(refund) => {
             let new = NewRefund {
-                operation_id: Uuid::new_v4(),
+                operation_id: opgate_domain::new_operation_id(),
                 agent_id: &agent.agent_id,
                 idempotency_key,
                 request: &refund.request,
@@ -231,7 +230,7 @@ async fn write(
         .filter(|money| agent.policy.needs_approval(*money))
         .map(|_| state.approval_timeout);
     let new = NewOperation {
-        operation_id: Uuid::new_v4(),
+        operation_id: opgate_domain::new_operation_id(),
         agent_id: &agent.agent_id,
         idempotency_key,
         request,

@@ -10,6 +10,11 @@ use crate::operations::REGISTER_OPERATION;
 const REQUEST_HASH: &str = "'0000000000000000000000000000000000000000000000000000000000000000'";
 const PAYLOAD: &str = r#"'{"amount":"10.00","currency":"USD","customer_id":"cus_bench","invoice_id":"inv_bench","operation_type":"payment"}'::jsonb"#;
 
+/// A new operation id made in SQL as intake makes it (`opgate_domain::new_operation_id`,
+/// UUIDv7; PostgreSQL 15 has no function for it): the millisecond clock in the first 48
+/// bits, then random ones, with the version (7) and variant (8) digits set.
+pub const NEW_OPERATION_ID: &str = "overlay(overlay(lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0') || substr(md5(random()::text), 1, 20) placing '7' from 13) placing '8' from 17)::uuid";
+
 fn sql_text(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }
@@ -99,7 +104,7 @@ pub fn claim_and_complete(batch: u32) -> String {
 
 fn register_values(agent_id: &str, key: String) -> Vec<String> {
     vec![
-        "gen_random_uuid()".into(),
+        NEW_OPERATION_ID.into(),
         sql_text(agent_id),
         key,
         "'payment'".into(),
