@@ -8,7 +8,7 @@ WITH_PG := scripts/with-postgres.sh
 TEST_PG_SETTINGS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 
 .PHONY: build test python-tools deploy-tools deploy-check readme-check up down mutants \
-	run lint fmt clean-pg bench bench-quick bench-queue-health bench-peers bench-peers-quick bench-telemetry bench-citus test-citus
+	run lint fmt clean-pg bench bench-quick bench-queue-health bench-peers bench-peers-quick bench-profile bench-telemetry bench-citus test-citus
 
 build:
 	$(CARGO) build --workspace --bins
@@ -86,6 +86,12 @@ bench-peers:
 bench-peers-quick:
 	$(CARGO) build --release --workspace --bins
 	$(WITH_PG) bench/peers.sh quick
+
+## bench-profile: instructions per new operation, replay and drained operation under
+## callgrind, with pg_stat_statements, written to docs/profile.md (~5 min).
+bench-profile:
+	$(CARGO) build --release --workspace --bins
+	PG_SETTINGS="-c shared_preload_libraries=pg_stat_statements" $(WITH_PG) bench/profile.sh
 
 ## bench-queue-health: the drain with and without a held snapshot, default and tuned
 ## flags (~3 min; make bench runs it too).

@@ -178,8 +178,20 @@ if health:
 out.append("## Peak RSS (VmHWM) under that load\n")
 out.append(f"intake {rss['intake']} MiB, executor {rss['executor']} MiB, reconciler {rss['reconciler']} MiB.\n")
 
+# The instruction counts of the last `make bench-profile`, when there is one.
+profile_table = os.path.join(os.path.dirname(json_path), "..", "bench-profile", "instructions.md")
+if os.path.exists(profile_table):
+    out.append("## Instructions per request (callgrind)\n")
+    out.append("From the last `make bench-profile` on this machine; the functions behind them, and "
+               "PostgreSQL's time per statement, are in [`profile.md`](profile.md).\n")
+    out.append(open(profile_table).read())
+
 new64 = new.get(64)
 targets = []
+for clients, floor in ((8, 0.8), (32, 1.0)):
+    if clients in new:
+        r = ratio(new[clients]["opgate"]["requests_per_s"], new[clients]["pgbench"]["tps"])
+        targets.append((f"intake new req/s ≥ {floor:.1f} × pgbench TPS at {clients} clients", r >= floor, f"{r:.2f} ×"))
 if new64:
     targets.append(("intake new req/s ≥ 1.0 × pgbench TPS at 64 clients",
                     ratio(new64["opgate"]["requests_per_s"], new64["pgbench"]["tps"]) >= 1.0,
@@ -187,6 +199,8 @@ if new64:
     targets.append(("intake p99 ≤ 2 × pgbench p99 at 64 clients",
                     ratio(new64["opgate"]["latency_ms"]["p99"], new64["pgbench"]["p99_ms"]) <= 2.0,
                     f"{ratio(new64['opgate']['latency_ms']['p99'], new64['pgbench']['p99_ms']):.2f} ×"))
+r = ratio(replay["opgate"]["requests_per_s"], replay["pgbench"]["tps"])
+targets.append(("replays ≥ 0.5 × pgbench's replay statement (32 clients)", r >= 0.5, f"{r:.2f} ×"))
 reference = replay.get("new_reference") or (new[32]["opgate"] if 32 in new else None)
 if reference:
     r = ratio(replay["opgate"]["requests_per_s"], reference["requests_per_s"])

@@ -124,13 +124,28 @@ fn register_values(agent_id: &str, key: String) -> Vec<String> {
 }
 
 /// pgbench reads one statement per line; `--` comments would swallow the rest of it.
+/// A `--` inside a quoted literal (an agent id may hold one) is kept.
 fn one_line(statement: &str) -> String {
     statement
         .lines()
-        .map(|line| line.split("--").next().unwrap_or_default())
+        .map(without_comment)
         .flat_map(str::split_whitespace)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `line` up to its `--` comment, if it has one outside quotes.
+fn without_comment(line: &str) -> &str {
+    let mut quoted = false;
+    let bytes = line.as_bytes();
+    for (i, byte) in bytes.iter().enumerate() {
+        match byte {
+            b'\'' => quoted = !quoted,
+            b'-' if !quoted && bytes.get(i + 1) == Some(&b'-') => return &line[..i],
+            _ => {}
+        }
+    }
+    line
 }
 
 #[cfg(test)]
@@ -160,5 +175,10 @@ mod tests {
         assert!(drain.contains("FOR UPDATE OF o, op SKIP LOCKED") && drain.contains("\\gset"));
         assert!(drain.contains("LIMIT 32") && drain.contains("array_agg(operation_id)"));
         assert!(!drain.contains('$') && !drain.contains("--"), "{drain}");
+        let dashed = register_new_operation("team--a");
+        assert!(
+            dashed.contains("'team--a'") && dashed.contains("RETURNING"),
+            "{dashed}"
+        );
     }
 }
