@@ -80,25 +80,36 @@ for clients, r in sorted(new.items()):
     )
 doors = by("intake_door")
 if doors:
-    out.append("\n## Intake, new operations over MCP beside HTTP (32 clients)\n")
+    labels = {"new": "HTTP", "mcp": "MCP", "budgeted": "HTTP, budgeted agent",
+              "declared": "HTTP, declared kind"}
+    out.append("\n## Intake, new operations by door, guardrail and kind (32 clients)\n")
     out.append("The same payments as MCP `tools/call request_payment` requests to `/mcp` (protocol 2026-07-28, "
-               "one HTTP request per call) and as `POST /agent/operations/payment`, alternated twice in one run. "
-               "CPU is intake's own (user + system, from /proc, over the warmup and the timed run), per request "
-               "answered as expected.\n")
+               "one HTTP request per call) and as `POST /agent/operations/payment`; the same payments by an "
+               "agent with a daily budget (every registration takes its budget lock); and the example "
+               "catalog's declared kind `order` (schema-validated, money at `/total`). All alternated twice in "
+               "one run. CPU is intake's own (user + system, from /proc, over the warmup and the timed run), "
+               "per request answered as expected.\n")
     out.append("| door | round | req/s | p50 / p99 (ms) | intake CPU ms per request |")
     out.append("|---|---:|---:|---|---:|")
-    cpu = {"new": [], "mcp": []}
+    cpu, rate = {}, {}
     for d in doors:
         o = d["opgate"]
         answered = o["requests"] - o["errors"] - sum(o.get("unexpected_status", {}).values())
         # The warmup's requests used CPU too: count them at the timed rate.
         ms = 1000.0 * d["cpu_ticks"] / d["ticks_per_s"]
         per = ms / max(1, answered + o["requests_per_s"] * d["warmup_s"])
-        cpu[d["door"]].append(per)
-        out.append(f"| {'MCP' if d['door'] == 'mcp' else 'HTTP'} | {d['round']} | {o['requests_per_s']:.0f} | "
+        cpu.setdefault(d["door"], []).append(per)
+        rate.setdefault(d["door"], []).append(o["requests_per_s"])
+        out.append(f"| {labels.get(d['door'], d['door'])} | {d['round']} | {o['requests_per_s']:.0f} | "
                    f"{o['latency_ms']['p50']:.2f} / {o['latency_ms']['p99']:.2f} | {per:.3f} |")
-    if cpu["new"] and cpu["mcp"]:
-        mean = lambda xs: sum(xs) / len(xs)
+    mean = lambda xs: sum(xs) / len(xs)
+    if "new" in cpu:
+        out.append("")
+        for door in (d for d in cpu if d != "new"):
+            out.append(f"- {labels.get(door, door)}: {ratio(mean(rate[door]), mean(rate['new'])):.2f} × the HTTP "
+                       f"payments' requests/s, {ratio(mean(cpu[door]), mean(cpu['new'])):.2f} × their intake CPU "
+                       "per request.")
+    if cpu.get("new") and cpu.get("mcp"):
         out.append(f"\nMCP costs **{ratio(mean(cpu['mcp']), mean(cpu['new'])):.2f} ×** the HTTP path's intake CPU per "
                    "new operation (target: at most 1.5 ×).\n")
 o, p = replay["opgate"], replay["pgbench"]

@@ -62,8 +62,15 @@ key=$("$bin/opgate" agents create "$agent")
 operation_id=$("$bin/opgate" bench-sql operation-id)
 sim=$(start provider-sim "$bin/provider-sim" --listen 127.0.0.1:0)
 sim_url=${sim#provider-sim listening on }
-intake=$(start intake env RUST_LOG=warn "$bin/intake" --listen 127.0.0.1:0)
+# The example catalog, for the declared-kind row (its kinds call provider-sim).
+intake=$(start intake env RUST_LOG=warn OPGATE_SIM_URL="$sim_url" "$bin/intake" --listen 127.0.0.1:0 \
+  --catalog "$root/examples/catalog.toml")
 base=${intake#intake listening on }
+# The guardrail and kind rows' agents: one with a daily budget it will not reach (every
+# registration then takes the agent's budget lock), one granted the catalog's `order`.
+budgeted_key=$("$bin/opgate" agents create "$agent-budgeted" --daily-budget USD:1000000000.00)
+declared_key=$("$bin/opgate" agents create "$agent-declared" --allow order --catalog "$root/examples/catalog.toml")
+order_body='{"customer_id":"cus_bench","sku":"sku_bench","quantity":1,"total":"10.00","currency":"USD"}'
 single=$(start intake-single env RUST_LOG=warn "$bin/intake" --listen 127.0.0.1:0 --group-commit false)
 single_base=${single#intake listening on }
 
@@ -115,10 +122,16 @@ stop intake-single
 # hits both alike; intake's CPU time per answered request read from /proc around each.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$(cat "$out/$1.pid")/stat"; }
 for round in 1 2; do
-  for door in new mcp; do
-    log "intake, new operations over $door, 32 clients (round $round)"
+  for door in new mcp budgeted declared; do
+    case "$door" in
+      new | mcp) door_args=(--key "$key" --scenario "$door") ;;
+      budgeted) door_args=(--key "$budgeted_key" --scenario new) ;;
+      declared) door_args=(--key "$declared_key" --scenario new --kind order --body "$order_body") ;;
+    esac
+    log "intake, new operations: $door, 32 clients (round $round)"
     before=$(cpu_ticks intake)
-    door_json=$(loadgen --scenario "$door" --concurrency 32 --duration "${dur}s" --run-id "door-$door-$round")
+    door_json=$("$bin/loadgen" --url "$base" --json --warmup "${warm}s" "${door_args[@]}" \
+      --concurrency 32 --duration "${dur}s" --run-id "door-$door-$round")
     ticks=$(( $(cpu_ticks intake) - before ))
     record "{\"scenario\": \"intake_door\", \"door\": \"$door\", \"round\": $round, \"cpu_ticks\": $ticks, \"warmup_s\": $warm, \"ticks_per_s\": $(getconf CLK_TCK), \"opgate\": $door_json}"
   done

@@ -18,7 +18,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, MAX_RUN_ID_LEN};
 
-pub const PAYMENT_PATH: &str = "/agent/operations/payment";
 pub const MCP_PATH: &str = "/mcp";
 const MCP_PROTOCOL_VERSION: &str = "2026-07-28";
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -53,6 +52,8 @@ pub struct Requests {
     prefer: HeaderValue,
     run_id: String,
     prefill: u64,
+    /// The body of every request, for a kind other than payment.
+    body: Option<Bytes>,
 }
 
 impl Requests {
@@ -67,12 +68,13 @@ impl Requests {
         authorization.set_sensitive(true);
         Ok(Self {
             scenario: config.scenario,
-            target: target_uri(&config.url)?,
+            target: uri_at(&config.url, &format!("/agent/operations/{}", config.kind))?,
             mcp_target: uri_at(&config.url, MCP_PATH)?,
             authorization,
             prefer: HeaderValue::from_str(&format!("wait={}", config.wait_secs))?,
             run_id: run_id.to_owned(),
             prefill: config.prefill,
+            body: config.body.clone().map(Bytes::from),
         })
     }
 
@@ -150,7 +152,11 @@ impl Requests {
     }
 
     fn post(&self, key: &str, invoice: u64, wait: bool) -> Request<Full<Bytes>> {
-        let mut request = Request::new(Full::new(payment_body(invoice)));
+        let body = match &self.body {
+            Some(body) => body.clone(),
+            None => payment_body(invoice),
+        };
+        let mut request = Request::new(Full::new(body));
         *request.method_mut() = Method::POST;
         *request.uri_mut() = self.target.clone();
         let headers = request.headers_mut();
@@ -175,11 +181,6 @@ pub fn payment_body(invoice: u64) -> Bytes {
     Bytes::from(format!(
         r#"{{"customer_id":"cus_bench","invoice_id":"inv_{invoice}","amount":"10.00","currency":"USD"}}"#
     ))
-}
-
-/// `base` (http://host:port[/prefix]) joined with the payment path.
-pub fn target_uri(base: &Uri) -> anyhow::Result<Uri> {
-    uri_at(base, PAYMENT_PATH)
 }
 
 /// `base` (http://host:port[/prefix]) joined with `path`.
@@ -321,6 +322,24 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(json["invoice_id"], "inv_17");
         assert_eq!(r.prefill_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn another_kind_is_posted_to_its_path_with_the_body_given() {
+        let parse = |extra: &[&str]| {
+            let base = "loadgen --url http://h:1 --key k --scenario new --concurrency 1";
+            Config::try_parse_from(base.split(' ').chain(extra.iter().copied()))
+        };
+        let body = r#"{"customer_id":"c","sku":"s","quantity":1,"total":"1.00"}"#;
+        let config = parse(&["--requests", "1", "--kind", "order", "--body", body]).unwrap();
+        let r = Requests::new(&config, "run1").unwrap();
+        let req = r.next(0, 5, 0);
+        assert_eq!(req.uri(), "http://h:1/agent/operations/order");
+        assert_eq!(req.headers()[IDEMPOTENCY_KEY], "run1-0-5");
+        assert_eq!(body_of(req).await, body);
+        for (flag, value) in [("--kind", "../admin"), ("--body", "[1]"), ("--body", "{")] {
+            assert!(parse(&[flag, value]).is_err(), "{flag} {value}");
+        }
     }
 
     #[tokio::test]
