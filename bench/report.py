@@ -81,12 +81,14 @@ for clients, r in sorted(new.items()):
 doors = by("intake_door")
 if doors:
     labels = {"new": "HTTP", "mcp": "MCP", "budgeted": "HTTP, budgeted agent",
-              "declared": "HTTP, declared kind"}
+              "declared": "HTTP, declared kind", "refund": "HTTP, refunds"}
     out.append("\n## Intake, new operations by door, guardrail and kind (32 clients)\n")
     out.append("The same payments as MCP `tools/call request_payment` requests to `/mcp` (protocol 2026-07-28, "
                "one HTTP request per call) and as `POST /agent/operations/payment`; the same payments by an "
                "agent with a daily budget (every registration takes its budget lock); and the example "
-               "catalog's declared kind `order` (schema-validated, money at `/total`). All alternated twice in "
+               "catalog's declared kind `order` (schema-validated, money at `/total`); and refunds of 0.01 "
+               "of 2,000 settled payments taken in turn (each reads its payment, then locks it and reserves "
+               "the amount in its own transaction, outside group commit). All alternated twice in "
                "one run. CPU is intake's own (user + system, from /proc, over the warmup and the timed run), "
                "per request answered as expected.\n")
     out.append("| door | round | req/s | p50 / p99 (ms) | intake CPU ms per request |")

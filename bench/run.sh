@@ -70,6 +70,7 @@ base=${intake#intake listening on }
 # registration then takes the agent's budget lock), one granted the catalog's `order`.
 budgeted_key=$("$bin/opgate" agents create "$agent-budgeted" --daily-budget USD:1000000000.00)
 declared_key=$("$bin/opgate" agents create "$agent-declared" --allow order --catalog "$root/examples/catalog.toml")
+refund_key=$("$bin/opgate" agents create "$agent-refunds" --allow payment --allow refund)
 order_body='{"customer_id":"cus_bench","sku":"sku_bench","quantity":1,"total":"10.00","currency":"USD"}'
 single=$(start intake-single env RUST_LOG=warn "$bin/intake" --listen 127.0.0.1:0 --group-commit false)
 single_base=${single#intake listening on }
@@ -121,12 +122,26 @@ stop intake-single
 # MCP beside HTTP, the same new payments at 32 clients, alternated twice so that drift
 # hits both alike; intake's CPU time per answered request read from /proc around each.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$(cat "$out/$1.pid")/stat"; }
+# The refunds' payments: 2,000 settled payments of 10.00 (setup, filled with SQL), each
+# refunded 0.01 at a time, taken in turn, so that no two requests in flight queue on
+# one payment's row lock.
+sql "INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type, customer_id,
+                             provider, amount, currency, request_hash, request_payload, status,
+                             attempts, provider_reference)
+     SELECT $operation_id, '$agent-refunds', 'refundable-' || g, 'payment', 'cus_bench',
+            'opgate-http', 10.00, 'USD', repeat('0', 64),
+            '{\"amount\":\"10.00\",\"currency\":\"USD\",\"customer_id\":\"cus_bench\",\"invoice_id\":\"inv_bench\",\"operation_type\":\"payment\"}'::jsonb,
+            'SUCCEEDED', 1, 'pay_refundable_' || g
+     FROM generate_series(1, 2000) AS g" >/dev/null
+sql "SELECT json_build_object('payment_operation_id', operation_id, 'amount', '0.01')
+     FROM operations WHERE agent_id = '$agent-refunds'" >"$out/refund-bodies.jsonl"
 for round in 1 2; do
-  for door in new mcp budgeted declared; do
+  for door in new mcp budgeted declared refund; do
     case "$door" in
       new | mcp) door_args=(--key "$key" --scenario "$door") ;;
       budgeted) door_args=(--key "$budgeted_key" --scenario new) ;;
       declared) door_args=(--key "$declared_key" --scenario new --kind order --body "$order_body") ;;
+      refund) door_args=(--key "$refund_key" --scenario new --kind refund --bodies "$out/refund-bodies.jsonl") ;;
     esac
     log "intake, new operations: $door, 32 clients (round $round)"
     before=$(cpu_ticks intake)

@@ -3,7 +3,10 @@
 //! Everything that can be checked before the first request is checked here: a bad
 //! argument exits 2 before any load is sent.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use clap::{ArgGroup, Parser};
 use hyper::http::uri::Scheme;
@@ -37,8 +40,14 @@ pub struct Config {
 
     /// The JSON body of every request of a kind other than payment (payments get a
     /// new invoice per request). Each request still has its own Idempotency-Key.
-    #[arg(long, value_parser = parse_json_object)]
+    #[arg(long, value_parser = parse_json_object, conflicts_with = "bodies")]
     pub body: Option<String>,
+
+    /// A file of JSON bodies, one object per line, taken in turn: the run's t-th request
+    /// (warmup included, counted across workers) sends line t mod N. For a kind whose
+    /// requests must differ, e.g. refunds of many payments.
+    #[arg(long, value_parser = read_bodies)]
+    pub bodies: Option<Bodies>,
 
     /// Workers (1..=10000); each sends its next request when the previous answer has
     /// arrived.
@@ -113,6 +122,27 @@ fn parse_json_object(raw: &str) -> Result<String, String> {
         Ok(_) => Err("must be a JSON object".into()),
         Err(e) => Err(format!("not JSON: {e}")),
     }
+}
+
+/// The bodies of `--bodies`, in file order (never empty).
+#[derive(Debug, Clone)]
+pub struct Bodies(pub Arc<Vec<Bytes>>);
+
+fn read_bodies(path: &str) -> Result<Bodies, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let mut bodies = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let body = parse_json_object(line).map_err(|e| format!("{path} line {}: {e}", i + 1))?;
+        bodies.push(Bytes::from(body));
+    }
+    if bodies.is_empty() {
+        return Err(format!("{path} has no body"));
+    }
+    Ok(Bodies(Arc::new(bodies)))
 }
 
 fn is_visible_ascii(s: &str) -> bool {

@@ -16,7 +16,7 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_T
 use hyper::{Method, Request, StatusCode, Uri};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, MAX_RUN_ID_LEN};
+use crate::config::{Bodies, Config, MAX_RUN_ID_LEN};
 
 pub const MCP_PATH: &str = "/mcp";
 const MCP_PROTOCOL_VERSION: &str = "2026-07-28";
@@ -54,6 +54,8 @@ pub struct Requests {
     prefill: u64,
     /// The body of every request, for a kind other than payment.
     body: Option<Bytes>,
+    /// Bodies taken in turn by the run's requests (`--bodies`).
+    bodies: Option<Bodies>,
 }
 
 impl Requests {
@@ -75,6 +77,7 @@ impl Requests {
             run_id: run_id.to_owned(),
             prefill: config.prefill,
             body: config.body.clone().map(Bytes::from),
+            bodies: config.bodies.clone(),
         })
     }
 
@@ -93,8 +96,8 @@ impl Requests {
     /// `worker`'s `n`-th request; `ticket` counts requests run-wide (replay's round robin).
     pub fn next(&self, worker: u32, n: u64, ticket: u64) -> Request<Full<Bytes>> {
         match self.scenario {
-            Scenario::New => self.post(&format!("{}-{worker}-{n}", self.run_id), n, false),
-            Scenario::Wait => self.post(&format!("{}-{worker}-{n}", self.run_id), n, true),
+            Scenario::New => self.post(&format!("{}-{worker}-{n}", self.run_id), n, ticket, false),
+            Scenario::Wait => self.post(&format!("{}-{worker}-{n}", self.run_id), n, ticket, true),
             Scenario::Replay => self.prefilled(ticket % self.prefill.max(1)),
             Scenario::Mcp => self.mcp_call(&format!("{}-{worker}-{n}", self.run_id), n),
         }
@@ -148,13 +151,16 @@ impl Requests {
 
     /// Prefilled payment `i`, as registered and as replayed.
     pub fn prefilled(&self, i: u64) -> Request<Full<Bytes>> {
-        self.post(&format!("{}-prefill-{i}", self.run_id), i, false)
+        self.post(&format!("{}-prefill-{i}", self.run_id), i, i, false)
     }
 
-    fn post(&self, key: &str, invoice: u64, wait: bool) -> Request<Full<Bytes>> {
-        let body = match &self.body {
-            Some(body) => body.clone(),
-            None => payment_body(invoice),
+    /// A request under `key`: its body the one given, the `ticket`-th of the bodies
+    /// given, or payment `invoice`.
+    fn post(&self, key: &str, invoice: u64, ticket: u64, wait: bool) -> Request<Full<Bytes>> {
+        let body = match (&self.body, &self.bodies) {
+            (Some(body), _) => body.clone(),
+            (None, Some(Bodies(bodies))) => bodies[(ticket % bodies.len() as u64) as usize].clone(),
+            (None, None) => payment_body(invoice),
         };
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = Method::POST;
@@ -340,6 +346,47 @@ mod tests {
         for (flag, value) in [("--kind", "../admin"), ("--body", "[1]"), ("--body", "{")] {
             assert!(parse(&[flag, value]).is_err(), "{flag} {value}");
         }
+    }
+
+    #[tokio::test]
+    async fn bodies_from_a_file_are_taken_in_turn_across_workers() {
+        let dir = std::env::temp_dir().join(format!("loadgen-bodies-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("refunds.jsonl");
+        std::fs::write(&file, "{\"n\":0}\n\n{\"n\":1}\n{\"n\":2}\n").unwrap();
+        let parse = |extra: &[&str]| {
+            let base = "loadgen --url http://h:1 --key k --scenario new --concurrency 2 \
+                        --requests 1 --kind refund";
+            Config::try_parse_from(base.split(' ').chain(extra.iter().copied()))
+        };
+        let config = parse(&["--bodies", file.to_str().unwrap()]).unwrap();
+        let r = Requests::new(&config, "run1").unwrap();
+        let mut sent = Vec::new();
+        for (worker, n, ticket) in [(0, 1, 0), (1, 1, 1), (0, 2, 2), (1, 2, 3)] {
+            let req = r.next(worker, n, ticket);
+            assert_eq!(req.uri(), "http://h:1/agent/operations/refund");
+            sent.push(body_of(req).await);
+        }
+        assert_eq!(
+            sent,
+            [r#"{"n":0}"#, r#"{"n":1}"#, r#"{"n":2}"#, r#"{"n":0}"#]
+        );
+
+        // A bad file is refused before any load: not JSON, not an object, empty, absent,
+        // or given with --body.
+        for (name, text) in [("bad", "{\"n\":0}\n{"), ("array", "[1]"), ("empty", "\n")] {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            assert!(
+                parse(&["--bodies", path.to_str().unwrap()]).is_err(),
+                "{name}"
+            );
+        }
+        let absent = dir.join("absent");
+        assert!(parse(&["--bodies", absent.to_str().unwrap()]).is_err());
+        let both = ["--bodies", file.to_str().unwrap(), "--body", "{}"];
+        assert!(parse(&both).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]
