@@ -280,3 +280,77 @@ async fn a_claim_from_a_cursor_starts_there_and_a_full_claim_finds_what_came_due
         "a full claim finds a again, and d"
     );
 }
+
+/// The budgeted registration is sent as one pipeline (BEGIN, the agent's lock, the
+/// statement, COMMIT). A statement that fails inside it is the error reported (not the
+/// "transaction aborted" of the requests after it), nothing of it is written, and its
+/// connection goes on to the next registration outside any transaction.
+#[tokio::test]
+async fn a_budgeted_registration_that_fails_writes_nothing_and_its_connection_goes_on() {
+    let db = TestDb::create().await;
+    db.create_agent(AGENT, &["--daily-budget", "USD:1000.00"]);
+    let one_connection = opgate_store::PoolSettings {
+        max_connections: 1,
+        ..Default::default()
+    };
+    let store = opgate_store::Store::connect(&db.url, &one_connection).unwrap();
+    let budget = Decimal::new(100_000, 2);
+    let spent = || async {
+        let row = db
+            .sql()
+            .await
+            .query_one("SELECT COALESCE(sum(amount), 0) FROM agent_spend", &[])
+            .await
+            .unwrap();
+        row.get::<_, Decimal>(0)
+    };
+    let before = db.counts().await;
+    let sql = db.sql().await;
+    sql.batch_execute("ALTER TABLE agent_spend ADD CONSTRAINT refused_in_test CHECK (amount < 5)")
+        .await
+        .unwrap();
+    let request = payment("pipelined", "10.00");
+    let key = IdempotencyKey::parse("pipelined").unwrap();
+    let failed = store
+        .register_within_budget(&new_operation(&key, &request), budget)
+        .await
+        .unwrap_err();
+    assert!(failed.to_string().contains("23514"), "{failed}");
+    assert_eq!(db.counts().await, before, "the failed registration wrote");
+    assert_eq!(spent().await, Decimal::ZERO);
+
+    sql.batch_execute("ALTER TABLE agent_spend DROP CONSTRAINT refused_in_test")
+        .await
+        .unwrap();
+    // Above the approval threshold: registered, counted, waiting, with nothing enqueued.
+    let mut awaiting = new_operation(&key, &request);
+    awaiting.awaiting_approval_for = Some(Duration::from_secs(3600));
+    let record = match store
+        .register_within_budget(&awaiting, budget)
+        .await
+        .unwrap()
+    {
+        BudgetedRegistration::Registered(Registration::Created(record)) => record,
+        other => panic!("on the same connection, after the failure: {other:?}"),
+    };
+    assert_eq!(record.status.as_str(), "AWAITING_APPROVAL");
+    assert_eq!(spent().await, Decimal::new(1000, 2));
+    let after = db.counts().await;
+    assert_eq!(after.outbox, before.outbox, "enqueued before its approval");
+    let row = sql
+        .query_one(
+            "SELECT o.counted_in_budget, o.approval_expires_at > now() + interval '59 minutes',
+                    e.reason
+             FROM operations o JOIN operation_events e USING (operation_id)
+             WHERE o.operation_id = $1",
+            &[&record.operation_id],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0), "not counted: it would not give back");
+    assert!(
+        row.get::<_, bool>(1),
+        "its approval expires within the hour"
+    );
+    assert_eq!(row.get::<_, String>(2), "registered; awaiting approval");
+}

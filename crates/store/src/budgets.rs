@@ -3,14 +3,18 @@
 //! on it), answer a replay, and insert the operation only if what the agent has spent
 //! in that currency over the last 24 hours (money-moving operations, not refunds, not
 //! FAILED) plus this amount stays within the budget. Intake's group commit does not
-//! batch these: a batch would need each row to see the ones before it.
+//! batch these: a batch would need each row to see the ones before it. On one node the
+//! transaction is sent as one round trip (`budget_in_one_trip.rs`); on Citus, step by
+//! step here.
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 
+use crate::budget_in_one_trip::register_in_one_trip;
 use crate::error::StoreError;
 use crate::operations::{
-    insert_operation, operation_from_row, NewOperation, Registration, FIND_BY_IDEMPOTENCY_KEY,
+    insert_operation, operation_from_row, Layout, NewOperation, Registration,
+    FIND_BY_IDEMPOTENCY_KEY,
 };
 use crate::pool::Store;
 
@@ -29,7 +33,7 @@ pub enum BudgetedRegistration {
 
 /// `FOR NO KEY UPDATE`: serialises budgeted registrations of one agent without
 /// blocking its other inserts (which take KEY SHARE on the row through the foreign key).
-const LOCK_AGENT: &str = "SELECT 1 FROM agents WHERE agent_id = $1 FOR NO KEY UPDATE";
+pub(crate) const LOCK_AGENT: &str = "SELECT 1 FROM agents WHERE agent_id = $1 FOR NO KEY UPDATE";
 
 /// Read after the lock, so every registration committed before it is counted: at most
 /// 25 hourly rows (the last 24 hours, rounded out to whole hours).
@@ -76,11 +80,33 @@ impl Store {
         new: &NewOperation<'_>,
         budget: Decimal,
     ) -> Result<BudgetedRegistration, StoreError> {
+        let layout = self.layout().await?;
+        if layout == Layout::Distributed {
+            return self.register_within_budget_in_steps(new, budget).await;
+        }
+        let answer = register_in_one_trip(&self.client().await?, new, budget).await?;
+        match answer {
+            Some(answer) => Ok(answer),
+            // The key was taken meanwhile by a registration that does not queue on the
+            // agent (a refund under the same key): answered as any reused key is.
+            None => Ok(BudgetedRegistration::Registered(
+                self.register_operation(new).await?,
+            )),
+        }
+    }
+
+    /// `register_within_budget` as separate statements in one transaction, for Citus
+    /// (where a statement whose CTEs insert from one another spans connections).
+    async fn register_within_budget_in_steps(
+        &self,
+        new: &NewOperation<'_>,
+        budget: Decimal,
+    ) -> Result<BudgetedRegistration, StoreError> {
         let money = new
             .request
             .money()
             .ok_or_else(|| StoreError::Corrupt("a budgeted operation without money".into()))?;
-        let layout = self.layout().await?;
+        let layout = Layout::Distributed;
         let mut client = self.client().await?;
         let transaction = client.transaction().await?;
         transaction.execute(LOCK_AGENT, &[&new.agent_id]).await?;

@@ -9,6 +9,7 @@ mod approval_expiry;
 mod audit;
 mod audit_apart;
 pub mod bench_sql;
+mod budget_in_one_trip;
 mod budgets;
 mod citus;
 mod error;
