@@ -65,11 +65,20 @@ async fn settle_claimed(db: &TestDb, to: OperationStatus) {
 }
 
 async fn refund(db: &TestDb, payment: Uuid, amount: Option<&str>, key: &str) -> RefundRegistration {
+    refund_on(&db.store, payment, amount, key).await.unwrap()
+}
+
+async fn refund_on(
+    store: &opgate_store::Store,
+    payment: Uuid,
+    amount: Option<&str>,
+    key: &str,
+) -> Result<RefundRegistration, opgate_store::StoreError> {
     let request = RefundRequest::parse(payment, amount, None, Currency::USD)
         .unwrap()
         .to_operation_request();
     let key = IdempotencyKey::parse(key).unwrap();
-    db.store
+    store
         .register_refund(&NewRefund {
             operation_id: Uuid::new_v4(),
             agent_id: AGENT,
@@ -79,7 +88,6 @@ async fn refund(db: &TestDb, payment: Uuid, amount: Option<&str>, key: &str) -> 
             trace_context: None,
         })
         .await
-        .unwrap()
 }
 
 fn created(registration: RefundRegistration) -> opgate_store::OperationRecord {
@@ -155,4 +163,56 @@ async fn a_payment_that_has_not_succeeded_cannot_be_refunded() {
         RefundRegistration::PaymentNotFound
     );
     assert_eq!(db.counts().await.operations, 1);
+}
+
+/// On one node the refund's writes go with the COMMIT in one round trip. If that
+/// statement fails, the error is its own, nothing is written or reserved, and the
+/// connection goes on to the next refund outside any transaction.
+#[tokio::test]
+async fn a_refund_whose_statement_fails_writes_and_reserves_nothing() {
+    let db = TestDb::create().await;
+    db.create_agent(AGENT, &["--allow", "payment", "--allow", "refund"]);
+    let payment = succeeded_payment(&db, "80.00").await;
+    let one_connection = opgate_store::PoolSettings {
+        max_connections: 1,
+        ..Default::default()
+    };
+    let store = opgate_store::Store::connect(&db.url, &one_connection).unwrap();
+    let refunded = || async {
+        let row = db
+            .sql()
+            .await
+            .query_one(
+                "SELECT refunded_amount FROM operations WHERE operation_id = $1",
+                &[&payment],
+            )
+            .await
+            .unwrap();
+        row.get::<_, Decimal>(0)
+    };
+    let before = db.counts().await;
+    let sql = db.sql().await;
+    sql.batch_execute(
+        "ALTER TABLE operation_events ADD CONSTRAINT refused_in_test CHECK (reason <> 'registered') NOT VALID",
+    )
+    .await
+    .unwrap();
+    let failed = refund_on(&store, payment, Some("30.00"), "refund-once")
+        .await
+        .unwrap_err();
+    assert!(failed.to_string().contains("23514"), "{failed}");
+    assert_eq!(db.counts().await, before, "the failed refund wrote");
+    assert_eq!(refunded().await, Decimal::ZERO);
+
+    sql.batch_execute("ALTER TABLE operation_events DROP CONSTRAINT refused_in_test")
+        .await
+        .unwrap();
+    let again = refund_on(&store, payment, Some("30.00"), "refund-once").await;
+    let record = match again.unwrap() {
+        RefundRegistration::Registered(Registration::Created(record)) => record,
+        other => panic!("on the same connection, after the failure: {other:?}"),
+    };
+    assert_eq!(record.amount, Some("30.00".parse().unwrap()));
+    assert_eq!(refunded().await, "30.00".parse::<Decimal>().unwrap());
+    assert_eq!(db.counts().await.outbox, before.outbox + 1);
 }

@@ -95,6 +95,21 @@ macro_rules! insert_awaiting_row {
     };
 }
 
+/// The outbox event and the audit event of each row of an `inserted` CTE (which
+/// returns `trace_context` too), $9 the actor: the CTEs after `inserted`.
+macro_rules! registered_events {
+    () => {
+        "outbox_event AS (
+            INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
+            SELECT operation_id, agent_id, 'execute', trace_context FROM inserted
+        ), audit_event AS (
+            INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
+            SELECT operation_id, agent_id, NULL, status, $9, 'registered' FROM inserted
+        )"
+    };
+}
+pub(crate) use {insert_operation_row, registered_events};
+
 /// The row, its outbox event and its audit event in one statement: the outbox and
 /// audit rows are written only for a row this statement inserted. No
 /// check-then-insert, no NOTIFY in the transaction.
@@ -103,13 +118,9 @@ pub(crate) const REGISTER_OPERATION: &str = concat!(
     insert_operation_row!(),
     operation_columns!(),
     ", trace_context
-    ), outbox_event AS (
-        INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
-        SELECT operation_id, agent_id, 'execute', trace_context FROM inserted
-    ), audit_event AS (
-        INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
-        SELECT operation_id, agent_id, NULL, status, $9, 'registered' FROM inserted
-    )
+    ), ",
+    registered_events!(),
+    "
     SELECT ",
     operation_columns!(),
     " FROM inserted"

@@ -8,11 +8,14 @@
 use deadpool_postgres::Transaction;
 use opgate_domain::{IdempotencyKey, OperationRequest, OperationStatus};
 use rust_decimal::Decimal;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::error::StoreError;
 use crate::operations::{
-    insert_operation, operation_from_row, Layout, NewOperation, OperationRecord, Registration,
+    insert_operation, insert_operation_row, operation_columns, operation_from_row,
+    registered_events, Layout, NewOperation, OperationRecord, Registration,
     FIND_BY_IDEMPOTENCY_KEY,
 };
 use crate::pool::Store;
@@ -55,6 +58,30 @@ UPDATE operations SET refunded_amount = refunded_amount + $3
 WHERE operation_id = $1 AND agent_id = $2 AND status = 'SUCCEEDED'
   AND refunded_amount + $3 <= amount";
 
+/// On one node, the refund, its outbox and audit events and the reservation of its
+/// amount on the payment as one statement ($1..$12 as `insert_operation`), sent with
+/// the COMMIT. It runs with the payment locked and its status seen SUCCEEDED, and adds
+/// the refund's amount to the payment's `refunded_amount` only for a refund it
+/// inserted; the CHECK on `refunded_amount` (V5) fails the statement, and with it the
+/// transaction, if the sum would pass the amount paid.
+const REGISTER_AND_RESERVE: &str = concat!(
+    "WITH inserted AS (",
+    insert_operation_row!(),
+    operation_columns!(),
+    ", trace_context, parent_operation_id
+    ), ",
+    registered_events!(),
+    ", reserved AS (
+        UPDATE operations SET refunded_amount = operations.refunded_amount + inserted.amount
+        FROM inserted
+        WHERE operations.operation_id = inserted.parent_operation_id
+          AND operations.agent_id = inserted.agent_id
+    )
+    SELECT ",
+    operation_columns!(),
+    " FROM inserted"
+);
+
 impl Store {
     #[tracing::instrument(name = "INSERT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "operations", opgate.kind = "refund"))]
     pub async fn register_refund(
@@ -62,9 +89,12 @@ impl Store {
         refund: &NewRefund<'_>,
     ) -> Result<RefundRegistration, StoreError> {
         let layout = self.layout().await?;
+        if layout == Layout::Single {
+            return self.register_refund_pipelined(refund).await;
+        }
         let mut client = self.client().await?;
         let transaction = client.transaction().await?;
-        let answer = register_in(&transaction, refund, layout).await?;
+        let answer = register_in_steps(&transaction, refund, layout).await?;
         match &answer {
             RefundRegistration::Registered(Registration::Created(_)) => {
                 transaction.commit().await?
@@ -73,25 +103,164 @@ impl Store {
         }
         Ok(answer)
     }
+
+    /// Two round trips: BEGIN, the payment's lock and the key's lookup; then the
+    /// registering statement with the COMMIT (or a ROLLBACK, when the answer is a
+    /// refusal or a replay). Between them the connection is held by a guard that
+    /// closes it, rather than return it to the pool inside the transaction, if the
+    /// request is dropped or fails there.
+    async fn register_refund_pipelined(
+        &self,
+        refund: &NewRefund<'_>,
+    ) -> Result<RefundRegistration, StoreError> {
+        let open = OpenTransaction(Some(self.client().await?));
+        let client = open.client();
+        let lock = client.prepare_cached(LOCK_PAYMENT).await?;
+        let find = client.prepare_cached(FIND_BY_IDEMPOTENCY_KEY).await?;
+        let register = client.prepare_cached(REGISTER_AND_RESERVE).await?;
+        let payment_params: [&(dyn ToSql + Sync); 2] =
+            [&refund.payment_operation_id, &refund.agent_id];
+        let key_params: [&(dyn ToSql + Sync); 2] =
+            [&refund.agent_id, &refund.idempotency_key.as_str()];
+        // The lookup runs after the lock, so any refund of this payment under this key
+        // has committed by then.
+        let (begin, payment, existing) = tokio::join!(
+            client.batch_execute("BEGIN"),
+            client.query_opt(&lock, &payment_params),
+            client.query_opt(&find, &key_params),
+        );
+        begin?;
+        let (payment, existing) = (payment?, existing?);
+        let write = match decide(payment, existing, refund)? {
+            Decision::Answer(answer) => {
+                client.batch_execute("ROLLBACK").await?;
+                open.finish();
+                return Ok(answer);
+            }
+            Decision::Write(write) => write,
+        };
+        let actor = format!("intake:agent/{}", refund.agent_id);
+        let key = refund.idempotency_key.as_str();
+        let (kind, hash) = (
+            refund.request.kind().as_str(),
+            refund.request.request_hash().as_str(),
+        );
+        // `insert_operation`'s parameters, $1..$12.
+        let params: [&(dyn ToSql + Sync); 12] = [
+            &refund.operation_id,
+            &refund.agent_id,
+            &key,
+            &kind,
+            &write.provider,
+            &hash,
+            &write.payload,
+            &refund.trace_context,
+            &actor,
+            &write.amount,
+            &write.currency,
+            &refund.payment_operation_id,
+        ];
+        let (inserted, commit) = tokio::join!(
+            client.query_opt(&register, &params),
+            client.batch_execute("COMMIT"),
+        );
+        // Both answered: the transaction has ended, committed or (after a failed
+        // statement) rolled back.
+        open.finish();
+        let inserted = inserted?;
+        commit?;
+        match inserted {
+            Some(row) => Ok(RefundRegistration::Registered(Registration::Created(
+                operation_from_row(&row)?,
+            ))),
+            // The key was taken meanwhile by something other than a refund of this
+            // payment (the COMMIT committed nothing): answered from it.
+            None => self.answer_taken_key(refund).await,
+        }
+    }
+
+    async fn answer_taken_key(
+        &self,
+        refund: &NewRefund<'_>,
+    ) -> Result<RefundRegistration, StoreError> {
+        let client = self.client().await?;
+        let existing = find_by_key(&client, refund)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("a conflicting key vanished".into()))?;
+        Ok(RefundRegistration::Registered(replay_or_reuse(
+            existing,
+            refund.request,
+        )))
+    }
 }
 
-async fn register_in(
-    transaction: &Transaction<'_>,
+/// A connection inside a transaction driven by hand. Dropped before `finish`, it takes
+/// the connection out of the pool and closes it, so that the server rolls the
+/// transaction back and no later checkout finds it open.
+struct OpenTransaction(Option<deadpool_postgres::Object>);
+
+impl OpenTransaction {
+    fn client(&self) -> &deadpool_postgres::Object {
+        self.0.as_ref().expect("a connection until finished")
+    }
+
+    /// The transaction has ended (committed or rolled back): the connection goes back.
+    fn finish(mut self) {
+        self.0.take();
+    }
+}
+
+impl Drop for OpenTransaction {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            drop(deadpool_postgres::Object::take(client));
+        }
+    }
+}
+
+/// What the locked payment and the key's lookup leave to do.
+enum Decision {
+    /// Nothing to write: a refusal, or what the key already names.
+    Answer(RefundRegistration),
+    Write(RefundWrite),
+}
+
+/// The refund as the executor will send it: the request as made, plus the amount it
+/// resolved to and the provider's id of the payment (the hash covers only the request).
+struct RefundWrite {
+    payload: serde_json::Value,
+    provider: String,
+    amount: Decimal,
+    currency: String,
+    refundable: Decimal,
+}
+
+impl RefundWrite {
+    fn new_operation<'a>(&'a self, refund: &'a NewRefund<'_>) -> NewOperation<'a> {
+        NewOperation {
+            operation_id: refund.operation_id,
+            agent_id: refund.agent_id,
+            idempotency_key: refund.idempotency_key,
+            request: refund.request,
+            provider: &self.provider,
+            awaiting_approval_for: None,
+            trace_context: refund.trace_context,
+        }
+    }
+}
+
+fn decide(
+    payment: Option<Row>,
+    existing: Option<Row>,
     refund: &NewRefund<'_>,
-    layout: Layout,
-) -> Result<RefundRegistration, StoreError> {
-    let Some(payment) = transaction
-        .query_opt(
-            LOCK_PAYMENT,
-            &[&refund.payment_operation_id, &refund.agent_id],
-        )
-        .await?
-    else {
-        return Ok(RefundRegistration::PaymentNotFound);
+) -> Result<Decision, StoreError> {
+    let answer = |answer| Ok(Decision::Answer(answer));
+    let Some(payment) = payment else {
+        return answer(RefundRegistration::PaymentNotFound);
     };
-    // With the payment locked, any refund of it under this key has committed.
-    if let Some(existing) = find_by_key(transaction, refund).await? {
-        return Ok(RefundRegistration::Registered(replay_or_reuse(
+    if let Some(existing) = existing {
+        let existing = operation_from_row(&existing)?;
+        return answer(RefundRegistration::Registered(replay_or_reuse(
             existing,
             refund.request,
         )));
@@ -99,7 +268,7 @@ async fn register_in(
     let status: String = payment.get("status");
     let status: OperationStatus = status.parse()?;
     if status != OperationStatus::Succeeded {
-        return Ok(RefundRegistration::PaymentNotRefundable(status));
+        return answer(RefundRegistration::PaymentNotRefundable(status));
     }
     // Every payment carries its money (V5 copied it onto older rows).
     let money_missing = || StoreError::Corrupt("a payment without amount or currency".into());
@@ -113,15 +282,12 @@ async fn register_in(
         None => refundable,
     };
     if amount <= Decimal::ZERO || amount > refundable {
-        return Ok(RefundRegistration::ExceedsPayment { refundable });
+        return answer(RefundRegistration::ExceedsPayment { refundable });
     }
     let currency: String = payment
         .get::<_, Option<String>>("currency")
         .ok_or_else(money_missing)?;
-    let provider: String = payment.get("provider");
     let payment_reference: Option<String> = payment.get("provider_reference");
-    // What the executor sends: the request as made, plus the amount it resolved to and
-    // the provider's id of the payment (the hash covers only the request).
     let mut payload = refund.request.fields().clone();
     if let Some(fields) = payload.as_object_mut() {
         fields.insert("amount".into(), amount.to_string().into());
@@ -130,22 +296,50 @@ async fn register_in(
             payment_reference.into(),
         );
     }
-    let new = NewOperation {
-        operation_id: refund.operation_id,
-        agent_id: refund.agent_id,
-        idempotency_key: refund.idempotency_key,
-        request: refund.request,
-        provider: &provider,
-        awaiting_approval_for: None,
-        trace_context: refund.trace_context,
+    Ok(Decision::Write(RefundWrite {
+        payload,
+        provider: payment.get("provider"),
+        amount,
+        currency,
+        refundable,
+    }))
+}
+
+/// On Citus: each step its own statement, in the caller's transaction.
+async fn register_in_steps(
+    transaction: &Transaction<'_>,
+    refund: &NewRefund<'_>,
+    layout: Layout,
+) -> Result<RefundRegistration, StoreError> {
+    let payment = transaction
+        .query_opt(
+            LOCK_PAYMENT,
+            &[&refund.payment_operation_id, &refund.agent_id],
+        )
+        .await?;
+    let existing = match payment {
+        Some(_) => {
+            transaction
+                .query_opt(
+                    FIND_BY_IDEMPOTENCY_KEY,
+                    &[&refund.agent_id, &refund.idempotency_key.as_str()],
+                )
+                .await?
+        }
+        None => None,
     };
-    let money = Some((amount, currency));
+    let write = match decide(payment, existing, refund)? {
+        Decision::Answer(answer) => return Ok(answer),
+        Decision::Write(write) => write,
+    };
+    let new = write.new_operation(refund);
+    let money = Some((write.amount, write.currency.clone()));
     let parent = Some(refund.payment_operation_id);
     let inserted = insert_operation(
         transaction,
         &new,
-        &payload,
-        &provider,
+        &write.payload,
+        &write.provider,
         money,
         parent,
         layout,
@@ -164,22 +358,28 @@ async fn register_in(
     let reserved = transaction
         .execute(
             RESERVE_REFUND,
-            &[&refund.payment_operation_id, &refund.agent_id, &amount],
+            &[
+                &refund.payment_operation_id,
+                &refund.agent_id,
+                &write.amount,
+            ],
         )
         .await?;
     if reserved != 1 {
-        return Ok(RefundRegistration::ExceedsPayment { refundable });
+        return Ok(RefundRegistration::ExceedsPayment {
+            refundable: write.refundable,
+        });
     }
     Ok(RefundRegistration::Registered(Registration::Created(
         operation_from_row(&row)?,
     )))
 }
 
-async fn find_by_key(
-    transaction: &Transaction<'_>,
+async fn find_by_key<C: deadpool_postgres::GenericClient>(
+    client: &C,
     refund: &NewRefund<'_>,
 ) -> Result<Option<OperationRecord>, StoreError> {
-    transaction
+    client
         .query_opt(
             FIND_BY_IDEMPOTENCY_KEY,
             &[&refund.agent_id, &refund.idempotency_key.as_str()],
