@@ -67,6 +67,12 @@ impl SettledOperations {
         Self { sender }
     }
 
+    /// Settlements from now on, for a request that will wait on an operation it has
+    /// not read yet (`wait_from`).
+    pub fn subscribe(&self) -> SettledSubscription {
+        SettledSubscription(self.sender.subscribe())
+    }
+
     /// Re-reads the operation until it is terminal or `wait` has passed. Subscribes
     /// before every read (the first included), so a settlement between a read and the
     /// wait is never missed. The operation exists whatever happens here, so a failed
@@ -75,13 +81,42 @@ impl SettledOperations {
         &self,
         store: &Store,
         agent_id: &str,
-        mut record: OperationRecord,
+        record: OperationRecord,
         wait: Duration,
     ) -> OperationRecord {
-        let deadline = Instant::now() + wait;
-        let id = record.operation_id;
-        let mut settled = self.sender.subscribe();
-        loop {
+        wait_for(self.subscribe(), store, agent_id, record, wait, true).await
+    }
+
+    /// `wait_until_terminal` for a `record` read (or written) after `subscription` was
+    /// taken: any settlement after that read is announced to the subscription, so the
+    /// first re-read is skipped (one round trip less for `Prefer: wait`).
+    pub async fn wait_from(
+        &self,
+        subscription: SettledSubscription,
+        store: &Store,
+        agent_id: &str,
+        record: OperationRecord,
+        wait: Duration,
+    ) -> OperationRecord {
+        wait_for(subscription, store, agent_id, record, wait, false).await
+    }
+}
+
+/// Settlements announced since it was taken (`SettledOperations::subscribe`).
+pub struct SettledSubscription(broadcast::Receiver<Uuid>);
+
+async fn wait_for(
+    SettledSubscription(mut settled): SettledSubscription,
+    store: &Store,
+    agent_id: &str,
+    mut record: OperationRecord,
+    wait: Duration,
+    mut read_first: bool,
+) -> OperationRecord {
+    let deadline = Instant::now() + wait;
+    let id = record.operation_id;
+    loop {
+        if read_first {
             match store.find_operation_for_agent(id, agent_id).await {
                 Ok(Some(current)) => record = current,
                 Ok(None) => return record,
@@ -90,22 +125,23 @@ impl SettledOperations {
                     return record;
                 }
             }
-            if record.status.is_terminal() || Instant::now() >= deadline {
-                return record;
-            }
-            loop {
-                tokio::select! {
-                    message = settled.recv() => match message {
-                        Ok(settled_id) if settled_id == id || settled_id.is_nil() => break,
-                        Ok(_) => continue,
-                        Err(broadcast::error::RecvError::Lagged(_)) => break,
-                        Err(broadcast::error::RecvError::Closed) => {
-                            tokio::time::sleep_until(deadline).await;
-                            break;
-                        }
-                    },
-                    _ = tokio::time::sleep_until(deadline) => break,
-                }
+        }
+        read_first = true;
+        if record.status.is_terminal() || Instant::now() >= deadline {
+            return record;
+        }
+        loop {
+            tokio::select! {
+                message = settled.recv() => match message {
+                    Ok(settled_id) if settled_id == id || settled_id.is_nil() => break,
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => {
+                        tokio::time::sleep_until(deadline).await;
+                        break;
+                    }
+                },
+                _ = tokio::time::sleep_until(deadline) => break,
             }
         }
     }

@@ -15,6 +15,7 @@ use crate::registration::{register, Kind, Submission};
 use crate::routes::operations::respond;
 use crate::routes::{payments, refunds};
 use crate::view::OperationView;
+use crate::wakeups::requested_wait;
 use crate::AppState;
 use opgate_telemetry::propagation;
 
@@ -59,6 +60,9 @@ pub async fn create_operation(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, Problem> {
+    // Before anything is read: a request that will wait hears every settlement after
+    // its operation is read or written, so the wait need not read it again first.
+    let subscribed = requested_wait(&request).map(|_| state.settled.subscribe());
     // Read before authenticating, refused after it: a bad key still answers 401 first.
     let idempotency_key = idempotency_key(&request);
     let (agent, existing) =
@@ -95,6 +99,7 @@ pub async fn create_operation(
         &agent.agent_id,
         registered.record,
         registered.replayed,
+        subscribed,
     )
     .await)
 }

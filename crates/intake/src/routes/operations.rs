@@ -14,7 +14,7 @@ use crate::auth::authenticate;
 use crate::listing::{list_page, ListRequest, OperationPage};
 use crate::problem::Problem;
 use crate::view::{operation_response, OperationView};
-use crate::wakeups::requested_wait;
+use crate::wakeups::{requested_wait, SettledSubscription};
 use crate::AppState;
 
 #[utoipa::path(
@@ -51,7 +51,7 @@ pub async fn get_operation(
         .find_operation_for_agent(operation_id, &agent.agent_id)
         .await?
         .ok_or_else(Problem::not_found)?;
-    Ok(respond(&request, &state, &agent.agent_id, record, false).await)
+    Ok(respond(&request, &state, &agent.agent_id, record, false, None).await)
 }
 
 /// The query of `GET /agent/operations`: `idempotency_key` alone, or the list's
@@ -113,7 +113,7 @@ pub async fn list_operations(
             .find_operation_by_key(&agent.agent_id, key.as_str())
             .await?
             .ok_or_else(Problem::no_operation_for_key)?;
-        return Ok(respond(&request, &state, &agent.agent_id, record, false).await);
+        return Ok(respond(&request, &state, &agent.agent_id, record, false, None).await);
     }
     let limit = query
         .limit
@@ -135,24 +135,35 @@ pub async fn list_operations(
 }
 
 /// The operation's answer, after waiting for a terminal state when the request asked
-/// for it with `Prefer: wait=N`.
+/// for it with `Prefer: wait=N`. `subscribed`: settlements announced since before
+/// `record` was read or written (then the wait starts without re-reading it).
 pub(crate) async fn respond(
     request: &HttpRequest,
     state: &AppState,
     agent_id: &str,
     record: OperationRecord,
     replayed: bool,
+    subscribed: Option<SettledSubscription>,
 ) -> HttpResponse {
     let waited = requested_wait(request);
-    let record = match waited {
-        Some(secs) => {
+    let record = match (waited, subscribed) {
+        (Some(secs), subscribed) => {
             let wait = std::time::Duration::from_secs(secs);
-            state
-                .settled
-                .wait_until_terminal(&state.store, agent_id, record, wait)
-                .await
+            let (settled, store) = (&state.settled, &state.store);
+            match subscribed {
+                Some(subscription) => {
+                    settled
+                        .wait_from(subscription, store, agent_id, record, wait)
+                        .await
+                }
+                None => {
+                    settled
+                        .wait_until_terminal(store, agent_id, record, wait)
+                        .await
+                }
+            }
         }
-        None => record,
+        (None, _) => record,
     };
     operation_response(&record, replayed, waited)
 }
