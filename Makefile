@@ -77,8 +77,9 @@ bench-quick:
 	$(CARGO) build --release --workspace --bins
 	$(WITH_PG) bench/run.sh quick
 
-## bench-peers: opgate beside Graphile Worker (npm, pinned in bench/peers/graphile) on the
-## same payments, one PostgreSQL, written to docs/bench-peers.md (~3 min; quick: ~1 min).
+## bench-peers: opgate beside Graphile Worker (npm, pinned in bench/peers/graphile) and
+## pgqueuer (PyPI, pinned in bench/peers/pgqueuer) on the same payments, one PostgreSQL,
+## written to docs/bench-peers.md (~6 min; quick: ~2 min).
 bench-peers:
 	$(CARGO) build --release --workspace --bins
 	$(WITH_PG) bench/peers.sh full
