@@ -175,23 +175,24 @@ impl Store {
             ))),
             // The key was taken meanwhile by something other than a refund of this
             // payment (the COMMIT committed nothing): answered from it.
-            None => self.answer_taken_key(refund).await,
+            None => answer_taken_key(&self.client().await?, refund).await,
         }
     }
+}
 
-    async fn answer_taken_key(
-        &self,
-        refund: &NewRefund<'_>,
-    ) -> Result<RefundRegistration, StoreError> {
-        let client = self.client().await?;
-        let existing = find_by_key(&client, refund)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt("a conflicting key vanished".into()))?;
-        Ok(RefundRegistration::Registered(replay_or_reuse(
-            existing,
-            refund.request,
-        )))
-    }
+/// The answer for a key that a registration other than a refund of this payment took
+/// after the lookup: a replay or a reused key, read from what took it.
+async fn answer_taken_key<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    refund: &NewRefund<'_>,
+) -> Result<RefundRegistration, StoreError> {
+    let existing = find_by_key(client, refund)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("a conflicting key vanished".into()))?;
+    Ok(RefundRegistration::Registered(replay_or_reuse(
+        existing,
+        refund.request,
+    )))
 }
 
 /// A connection inside a transaction driven by hand. Dropped before `finish`, it takes
@@ -346,14 +347,7 @@ async fn register_in_steps(
     )
     .await?;
     let Some(row) = inserted else {
-        // The key was taken meanwhile by something other than a refund of this payment.
-        let existing = find_by_key(transaction, refund)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt("a conflicting key vanished".into()))?;
-        return Ok(RefundRegistration::Registered(replay_or_reuse(
-            existing,
-            refund.request,
-        )));
+        return answer_taken_key(transaction, refund).await;
     };
     let reserved = transaction
         .execute(

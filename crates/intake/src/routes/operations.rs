@@ -146,8 +146,8 @@ pub(crate) async fn respond(
     subscribed: Option<SettledSubscription>,
 ) -> HttpResponse {
     let waited = requested_wait(request);
-    let record = match (waited, subscribed) {
-        (Some(secs), subscribed) => {
+    let record = match waited {
+        Some(secs) => {
             let wait = std::time::Duration::from_secs(secs);
             let (settled, store) = (&state.settled, &state.store);
             match subscribed {
@@ -163,7 +163,7 @@ pub(crate) async fn respond(
                 }
             }
         }
-        (None, _) => record,
+        None => record,
     };
     operation_response(&record, replayed, waited)
 }
