@@ -8,7 +8,7 @@ WITH_PG := scripts/with-postgres.sh
 TEST_PG_SETTINGS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 
 .PHONY: build test python-tools deploy-tools deploy-check readme-check up down mutants \
-	run lint fmt clean-pg bench bench-quick bench-queue-health bench-peers bench-peers-quick bench-profile bench-telemetry bench-citus test-citus
+	run lint fmt clean-pg bench bench-quick bench-queue-health bench-e2e-trace bench-peers bench-peers-quick bench-profile bench-telemetry bench-citus test-citus
 
 build:
 	$(CARGO) build --workspace --bins
@@ -76,6 +76,12 @@ bench:
 bench-quick:
 	$(CARGO) build --release --workspace --bins
 	$(WITH_PG) bench/run.sh quick
+
+## bench-e2e-trace: rounds of payments end to end (32 clients, one executor), their pace
+## every half second, what busy backends wait on, and the disk's flush latency (~1 min).
+bench-e2e-trace:
+	$(CARGO) build --release --workspace --bins
+	$(WITH_PG) bench/e2e-trace.sh
 
 ## bench-peers: opgate beside Graphile Worker (npm, pinned in bench/peers/graphile) and
 ## pgqueuer (PyPI, pinned in bench/peers/pgqueuer) on the same payments, one PostgreSQL,
