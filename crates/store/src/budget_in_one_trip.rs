@@ -8,7 +8,7 @@
 use rust_decimal::Decimal;
 use tokio_postgres::Row;
 
-use crate::budgets::{BudgetedRegistration, LOCK_AGENT};
+use crate::budgets::{spent_in_window, BudgetedRegistration, LOCK_AGENT};
 use crate::error::StoreError;
 use crate::operations::{operation_columns, operation_from_row, NewOperation, Registration};
 
@@ -19,12 +19,9 @@ use crate::operations::{operation_columns, operation_from_row, NewOperation, Reg
 /// operation inserted (`created`) or already under the key, or none of either (over
 /// the budget, or the key taken meanwhile by a refund, which does not lock the agent).
 pub(crate) const REGISTER_WITHIN_BUDGET: &str = concat!(
-    "WITH window_spent AS (
-        SELECT COALESCE(sum(amount), 0) AS spent,
-               (min(hour) FILTER (WHERE amount > 0) + interval '25 hours') AT TIME ZONE 'UTC' AS frees_at
-        FROM agent_spend
-        WHERE agent_id = $2::text AND currency = $11::text
-          AND hour >= date_trunc('hour', (now() - interval '24 hours') AT TIME ZONE 'UTC')
+    "WITH window_spent AS (",
+    spent_in_window!("$2::text", "$11::text"),
+    "
     ), existing AS (
         SELECT ",
     operation_columns!(),

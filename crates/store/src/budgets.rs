@@ -37,12 +37,26 @@ pub(crate) const LOCK_AGENT: &str = "SELECT 1 FROM agents WHERE agent_id = $1 FO
 
 /// Read after the lock, so every registration committed before it is counted: at most
 /// 25 hourly rows (the last 24 hours, rounded out to whole hours).
-const SPENT_IN_WINDOW: &str = "
-SELECT COALESCE(sum(amount), 0) AS spent,
-       (min(hour) FILTER (WHERE amount > 0) + interval '25 hours') AT TIME ZONE 'UTC' AS frees_at
-FROM agent_spend
-WHERE agent_id = $1 AND currency = $2
-  AND hour >= date_trunc('hour', (now() - interval '24 hours') AT TIME ZONE 'UTC')";
+/// `spent_in_window!("$agent", "$currency")`: the one definition of the window, for
+/// this statement and for `REGISTER_WITHIN_BUDGET`, which names its own parameters.
+macro_rules! spent_in_window {
+    ($agent:literal, $currency:literal) => {
+        concat!(
+            "SELECT COALESCE(sum(amount), 0) AS spent,
+                    (min(hour) FILTER (WHERE amount > 0) + interval '25 hours') AT TIME ZONE 'UTC' AS frees_at
+             FROM agent_spend
+             WHERE agent_id = ",
+            $agent,
+            " AND currency = ",
+            $currency,
+            "
+               AND hour >= date_trunc('hour', (now() - interval '24 hours') AT TIME ZONE 'UTC')"
+        )
+    };
+}
+pub(crate) use spent_in_window;
+
+const SPENT_IN_WINDOW: &str = spent_in_window!("$1", "$2");
 
 /// Counts the amount in this hour's row, and marks the operation as counted (so that
 /// it gives the amount back if it fails: migration V10's trigger).
@@ -106,7 +120,6 @@ impl Store {
             .request
             .money()
             .ok_or_else(|| StoreError::Corrupt("a budgeted operation without money".into()))?;
-        let layout = Layout::Distributed;
         let mut client = self.client().await?;
         let transaction = client.transaction().await?;
         transaction.execute(LOCK_AGENT, &[&new.agent_id]).await?;
@@ -146,7 +159,7 @@ impl Store {
             new.provider,
             money,
             None,
-            layout,
+            Layout::Distributed,
         )
         .await?;
         let Some(row) = inserted else {
