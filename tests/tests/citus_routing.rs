@@ -17,7 +17,7 @@ use opgate_e2e::citus::{agents_on_every_worker, prepared_transactions, CitusDb};
 use opgate_e2e::db::{new_operation, payment_request, register_payment};
 use opgate_e2e::Intake;
 use opgate_store::{
-    FencedTransition, FencedWrite, OperatorAction, PendingRegistration, Registration,
+    BatchAnswer, FencedTransition, FencedWrite, OperatorAction, PendingRegistration, Registration,
 };
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -295,7 +295,17 @@ async fn a_group_commit_batch_commits_shard_by_shard() {
     batch.push(pending(&agents[0], "taken", "99.00"));
 
     let before = prepared_transactions(&sql).await;
-    let answers = db.store.register_batch(&batch).await.unwrap();
+    let answers: Vec<Registration> = db
+        .store
+        .register_batch(&batch)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|answer| match answer {
+            BatchAnswer::Registered(registration) => registration,
+            BatchAnswer::Unconfirmed => panic!("a registration without a check was unconfirmed"),
+        })
+        .collect();
     assert_eq!(
         prepared_transactions(&sql).await,
         before,

@@ -10,7 +10,8 @@ use std::time::Duration;
 use opgate_domain::{IdempotencyKey, OperationRequest, PaymentRequest};
 use opgate_e2e::TestDb;
 use opgate_store::{
-    BudgetedRegistration, NewOperation, PendingRegistration, Registration, TableCounts,
+    AgentCheck, BatchAnswer, BudgetedRegistration, NewOperation, PendingRegistration, Registration,
+    TableCounts,
 };
 use rust_decimal::Decimal;
 use uuid::Uuid;
@@ -200,7 +201,10 @@ async fn a_taken_key_is_a_replay_or_reused_in_a_group_commit_batch() {
         let key = IdempotencyKey::parse("taken").unwrap();
         let pending = PendingRegistration::from_new(&new_operation(&key, &request));
         let mut answers = db.store.register_batch(&[pending]).await.unwrap();
-        (db, answers.remove(0))
+        match answers.remove(0) {
+            BatchAnswer::Registered(answer) => (db, answer),
+            BatchAnswer::Unconfirmed => panic!("a registration without a check was unconfirmed"),
+        }
     })
     .await;
 }
@@ -353,4 +357,138 @@ async fn a_budgeted_registration_that_fails_writes_nothing_and_its_connection_go
         "its approval expires within the hour"
     );
     assert_eq!(row.get::<_, String>(2), "registered; awaiting approval");
+}
+
+/// The batch registers an agent intake remembers (authenticated without reading its
+/// row) only while the row is the version intake read and accepts the key id: after a
+/// policy change, a rotation without grace and a revocation, each registration is
+/// unconfirmed with nothing written, even one checked against the row as it is now.
+/// A confirmed replay is answered by the statement itself.
+#[tokio::test]
+async fn a_checked_registration_is_written_only_while_the_agents_row_is_as_read() {
+    let db = TestDb::create().await;
+    let key = db.create_agent(AGENT, &[]);
+    let key_id = |key: &str| key.split('_').nth(1).unwrap().to_owned();
+    let sql = db.sql().await;
+    let row_version = || async {
+        let row = sql
+            .query_one(
+                "SELECT xmin::text::bigint FROM agents WHERE agent_id = $1",
+                &[&AGENT],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    let checked = |name: &str, amount: &str, key: &str, row_version: i64| {
+        let idempotency_key = IdempotencyKey::parse(name).unwrap();
+        let request = payment(name, amount);
+        PendingRegistration::from_new(&new_operation(&idempotency_key, &request)).checked_against(
+            AgentCheck {
+                key_id: key_id(key),
+                row_version,
+            },
+        )
+    };
+
+    let read = db
+        .store
+        .find_agent_request_context(&key_id(&key), None)
+        .await
+        .unwrap()
+        .unwrap()
+        .row_version
+        .unwrap();
+    assert_eq!(read, row_version().await);
+    let answers = db
+        .store
+        .register_batch(&[
+            checked("checked-new", "10.00", &key, read),
+            checked("checked-stale", "10.00", &key, read - 1),
+        ])
+        .await
+        .unwrap();
+    let created = match &answers[0] {
+        BatchAnswer::Registered(Registration::Created(record)) => record.operation_id,
+        other => panic!("the version read: expected a new operation, got {other:?}"),
+    };
+    assert!(
+        matches!(answers[1], BatchAnswer::Unconfirmed),
+        "another version: {:?}",
+        answers[1]
+    );
+    let before = db.counts().await;
+    let again = db
+        .store
+        .register_batch(&[
+            checked("checked-new", "10.00", &key, read),
+            checked("checked-new", "20.00", &key, read),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        matches!(&again[0], BatchAnswer::Registered(Registration::Replayed(r)) if r.operation_id == created),
+        "{:?}",
+        again[0]
+    );
+    assert!(
+        matches!(again[1], BatchAnswer::Registered(Registration::KeyReused)),
+        "{:?}",
+        again[1]
+    );
+
+    let unconfirmed = |pending: PendingRegistration, after: &'static str| {
+        let store = db.store.clone();
+        async move {
+            let answers = store.register_batch(&[pending]).await.unwrap();
+            assert!(
+                matches!(answers[0], BatchAnswer::Unconfirmed),
+                "{after}: {:?}",
+                answers[0]
+            );
+        }
+    };
+    opgate_e2e::opgate(
+        &db.url,
+        &["agents", "update", AGENT, "--max-amount", "USD:50.00"],
+    )
+    .success();
+    unconfirmed(checked("after", "10.00", &key, read), "a policy change").await;
+
+    let rotated = opgate_e2e::opgate(&db.url, &["agents", "rotate", AGENT]).success();
+    let new_key = rotated.stdout.trim().to_owned();
+    let now = row_version().await;
+    unconfirmed(checked("after", "10.00", &key, now), "the old key, rotated").await;
+    assert_eq!(
+        db.counts().await,
+        before,
+        "a replay or an unconfirmed registration wrote"
+    );
+    assert_eq!(
+        answered(
+            db.store
+                .register_batch(&[checked("new-key", "1.00", &new_key, now)])
+                .await
+        ),
+        "created",
+        "the new key, on the row as it is now"
+    );
+
+    let before = db.counts().await;
+    opgate_e2e::opgate(&db.url, &["agents", "revoke", AGENT]).success();
+    let now = row_version().await;
+    unconfirmed(checked("after", "10.00", &new_key, now), "a revocation").await;
+    assert_eq!(
+        db.counts().await,
+        before,
+        "an unconfirmed registration wrote"
+    );
+}
+
+fn answered(answers: Result<Vec<BatchAnswer>, opgate_store::StoreError>) -> &'static str {
+    match answers.unwrap().remove(0) {
+        BatchAnswer::Registered(Registration::Created(_)) => "created",
+        BatchAnswer::Registered(_) => "taken",
+        BatchAnswer::Unconfirmed => "unconfirmed",
+    }
 }

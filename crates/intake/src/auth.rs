@@ -8,7 +8,7 @@
 
 use actix_web::{web, HttpRequest};
 use opgate_domain::{AgentPolicy, ApiKey, IdempotencyKey, KeyKind};
-use opgate_store::{OperationRecord, Store};
+use opgate_store::{AgentCheck, OperationRecord, Store};
 
 use crate::headers::single_header;
 use crate::problem::Problem;
@@ -18,25 +18,47 @@ use crate::AppState;
 pub struct AuthenticatedAgent {
     pub agent_id: String,
     pub policy: AgentPolicy,
+    /// Set when the agent was not read for this request but remembered from an earlier
+    /// read (`Reading::UnlessRemembered`): what the registration must confirm.
+    pub remembered: Option<AgentCheck>,
 }
 
 pub struct AuthenticatedOperator {
     pub operator_id: String,
 }
 
+/// Whether an agent's request reads the agent's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Always: the request acts on what it reads, with nothing to confirm it later.
+    Always,
+    /// Not when this intake read it recently for the same key: a registration, whose
+    /// statement confirms the row is unchanged (`AuthenticatedAgent::remembered`).
+    UnlessRemembered,
+    /// Again, for a request whose remembered agent was not confirmed: read, and not
+    /// counted against the rate limit a second time.
+    Again,
+}
+
 pub async fn authenticate(
     request: &HttpRequest,
     store: &Store,
 ) -> Result<AuthenticatedAgent, Problem> {
-    Ok(authenticate_with_existing(request, store, None).await?.0)
+    Ok(
+        authenticate_with_existing(request, store, None, Reading::Always)
+            .await?
+            .0,
+    )
 }
 
 /// Authenticates the agent and, in the same database round trip, finds the operation
-/// its Idempotency-Key already names (only returned once the key is verified).
+/// its Idempotency-Key already names (only returned once the key is verified). A
+/// remembered agent is not read, so nothing is found for it.
 pub async fn authenticate_with_existing(
     request: &HttpRequest,
     store: &Store,
     idempotency_key: Option<&IdempotencyKey>,
+    reading: Reading,
 ) -> Result<(AuthenticatedAgent, Option<OperationRecord>), Problem> {
     let key = presented_key(request)?;
     match key.kind() {
@@ -45,23 +67,36 @@ pub async fn authenticate_with_existing(
             let limiters = request
                 .app_data::<web::Data<AppState>>()
                 .map(|state| state.limiters.clone());
-            let admission = match &limiters {
-                Some(limiters) => limiters.admit_cached(&key)?,
-                None => Admission::Admitted,
+            let admission = match (&limiters, reading) {
+                (Some(_), Reading::Again) | (None, _) => Admission::Admitted,
+                (Some(limiters), _) => limiters.admit_cached(&key)?,
             };
-            let (agent, existing, api_key_hash) = verified_agent(store, &key, idempotency_key)
-                .await?
-                .ok_or_else(Problem::unauthenticated)?;
+            if let (Admission::Remembered(agent), Reading::UnlessRemembered) = (&admission, reading)
+            {
+                let agent = AuthenticatedAgent {
+                    agent_id: agent.agent_id.clone(),
+                    policy: agent.policy.clone(),
+                    remembered: Some(agent.check.clone()),
+                };
+                return Ok((agent, None));
+            }
+            let Some(verified) = verified_agent(store, &key, idempotency_key).await? else {
+                if let Some(limiters) = limiters {
+                    limiters.forget(&key);
+                }
+                return Err(Problem::unauthenticated());
+            };
             if let Some(limiters) = limiters {
                 limiters.after_read(
                     &key,
-                    &api_key_hash,
-                    &agent.agent_id,
-                    agent.policy.rate_limit,
-                    admission,
+                    &verified.api_key_hash,
+                    &verified.agent.agent_id,
+                    &verified.agent.policy,
+                    verified.row_version,
+                    &admission,
                 )?;
             }
-            Ok((agent, existing))
+            Ok((verified.agent, verified.existing))
         }
         KeyKind::Operator => match verified_operator(store, &key).await? {
             Some(_) => Err(Problem::wrong_key_kind(
@@ -96,8 +131,15 @@ fn presented_key(request: &HttpRequest) -> Result<ApiKey, Problem> {
     ApiKey::parse(presented).map_err(|_| Problem::unauthenticated())
 }
 
-/// The agent, the operation its Idempotency-Key names, and its stored key hash.
-type VerifiedAgent = (AuthenticatedAgent, Option<OperationRecord>, String);
+/// An agent read for a request and verified against the presented key.
+struct VerifiedAgent {
+    agent: AuthenticatedAgent,
+    /// The operation the request's Idempotency-Key names.
+    existing: Option<OperationRecord>,
+    /// The stored hash the key was verified against.
+    api_key_hash: String,
+    row_version: Option<i64>,
+}
 
 async fn verified_agent(
     store: &Store,
@@ -112,14 +154,20 @@ async fn verified_agent(
     };
     // The hash of the key this key id names: the agent's current key or, during a
     // rotation's grace period, its previous one. Every request is verified here against
-    // the row just read; the rate limiter's cache only counts.
-    Ok(key.matches_hash(&context.presented_key_hash).then(|| {
-        let agent = AuthenticatedAgent {
-            agent_id: context.agent.agent_id,
-            policy: context.agent.policy,
-        };
-        (agent, context.existing, context.presented_key_hash)
-    }))
+    // the row just read, or against the one remembered and confirmed by the
+    // registration's statement; the rate limiter's cache only counts.
+    Ok(key
+        .matches_hash(&context.presented_key_hash)
+        .then_some(VerifiedAgent {
+            agent: AuthenticatedAgent {
+                agent_id: context.agent.agent_id,
+                policy: context.agent.policy,
+                remembered: None,
+            },
+            existing: context.existing,
+            api_key_hash: context.presented_key_hash,
+            row_version: context.row_version,
+        }))
 }
 
 async fn verified_operator(

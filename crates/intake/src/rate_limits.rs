@@ -6,6 +6,11 @@
 //! allowance, so another party knowing its key id cannot exhaust it. An agent's keys
 //! (its current one and, during a rotation's grace, its previous one) share one
 //! allowance. Each replica counts on its own: N replicas admit up to N times the limit.
+//!
+//! The same entry remembers the agent as read (its policy and its row's version), so
+//! that a registration can skip reading it again: the registration's statement then
+//! confirms the row is unchanged (`opgate_store::AgentCheck`), and anything it cannot
+//! confirm is judged again on a fresh read (`auth::Reading`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,7 +20,8 @@ use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use opgate_domain::{ApiKey, RateLimit};
+use opgate_domain::{AgentPolicy, ApiKey, RateLimit};
+use opgate_store::AgentCheck;
 
 use crate::problem::Problem;
 
@@ -29,6 +35,17 @@ struct KeyEntry {
     api_key_hash: String,
     agent_id: String,
     read_at: Instant,
+    /// The agent's policy and row version as read; `None` where the store gives no
+    /// version to check against (Citus).
+    remembered: Option<(AgentPolicy, i64)>,
+}
+
+/// An agent as last read for a key, to be confirmed by the registration's statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RememberedAgent {
+    pub agent_id: String,
+    pub policy: AgentPolicy,
+    pub check: AgentCheck,
 }
 
 /// One agent's limit and what is left of it, shared by all its keys.
@@ -44,10 +61,12 @@ struct Entries {
 }
 
 /// What the cache could say before the database was asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
     /// Counted against a known limit (or the agent has none): go on.
     Admitted,
+    /// Admitted, and the agent as last read (`RememberedAgent`).
+    Remembered(RememberedAgent),
     /// Nothing fresh is known about this key: ask the database, then `after_read`.
     Unknown,
 }
@@ -61,7 +80,7 @@ impl AgentLimiters {
     /// Counts the request if this key's limit is known and fresh; a 429 problem when the
     /// agent is over it.
     pub fn admit_cached(&self, key: &ApiKey) -> Result<Admission, Problem> {
-        let limiter = {
+        let (limiter, admitted) = {
             let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             let known = entries.by_key_id.get(key.key_id()).filter(|entry| {
                 entry.read_at.elapsed() < REFRESH_AFTER && key.matches_hash(&entry.api_key_hash)
@@ -69,28 +88,48 @@ impl AgentLimiters {
             let Some(known) = known else {
                 return Ok(Admission::Unknown);
             };
+            let admitted = match &known.remembered {
+                Some((policy, row_version)) => Admission::Remembered(RememberedAgent {
+                    agent_id: known.agent_id.clone(),
+                    policy: policy.clone(),
+                    check: AgentCheck {
+                        key_id: key.key_id().to_owned(),
+                        row_version: *row_version,
+                    },
+                }),
+                None => Admission::Admitted,
+            };
             match entries.by_agent_id.get(&known.agent_id) {
                 Some(AgentEntry {
                     limiter: Some(limiter),
                     limit: Some(limit),
-                }) => (limiter.clone(), *limit),
-                Some(_) => return Ok(Admission::Admitted),
+                }) => ((limiter.clone(), *limit), admitted),
+                Some(_) => return Ok(admitted),
                 None => return Ok(Admission::Unknown),
             }
         };
-        check(&limiter.0, limiter.1).map(|()| Admission::Admitted)
+        check(&limiter.0, limiter.1).map(|()| admitted)
     }
 
-    /// After the database authenticated the key as `agent_id`'s: remember the agent's
-    /// limit and, if the cache could not count this request, count it now.
+    /// Forgets what is known of this key (its agent no longer accepts it).
+    pub fn forget(&self, key: &ApiKey) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.by_key_id.remove(key.key_id());
+    }
+
+    /// After the database authenticated the key as `agent_id`'s: remember the agent
+    /// (its policy, and its row's version when there is one) and its limit and, if the
+    /// cache could not count this request, count it now.
     pub fn after_read(
         &self,
         key: &ApiKey,
         api_key_hash: &str,
         agent_id: &str,
-        limit: Option<RateLimit>,
-        admission: Admission,
+        policy: &AgentPolicy,
+        row_version: Option<i64>,
+        admission: &Admission,
     ) -> Result<(), Problem> {
+        let limit = policy.rate_limit;
         let limiter = {
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             entries.by_key_id.insert(
@@ -99,6 +138,7 @@ impl AgentLimiters {
                     api_key_hash: api_key_hash.to_owned(),
                     agent_id: agent_id.to_owned(),
                     read_at: Instant::now(),
+                    remembered: row_version.map(|version| (policy.clone(), version)),
                 },
             );
             let agent = entries
@@ -146,6 +186,16 @@ mod tests {
     use super::*;
     use opgate_domain::KeyKind;
 
+    fn with_limit(rate_limit: Option<RateLimit>) -> AgentPolicy {
+        AgentPolicy {
+            allowed_operations: Vec::new(),
+            max_amounts: Default::default(),
+            rate_limit,
+            daily_budgets: Default::default(),
+            approval_above: Default::default(),
+        }
+    }
+
     #[test]
     fn a_burst_is_admitted_then_the_rest_refused_until_the_allowance_refills() {
         let limiters = AgentLimiters::default();
@@ -157,8 +207,9 @@ mod tests {
                 &key,
                 &key.hash(),
                 "agent-1",
-                Some(limit),
-                Admission::Unknown,
+                &with_limit(Some(limit)),
+                None,
+                &Admission::Unknown,
             )
             .unwrap();
         assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Admitted);
@@ -180,8 +231,9 @@ mod tests {
                 &old,
                 &old.hash(),
                 "agent-3",
-                Some(limit),
-                Admission::Unknown,
+                &with_limit(Some(limit)),
+                None,
+                &Admission::Unknown,
             )
             .unwrap();
         limiters
@@ -189,8 +241,9 @@ mod tests {
                 &new,
                 &new.hash(),
                 "agent-3",
-                Some(limit),
-                Admission::Unknown,
+                &with_limit(Some(limit)),
+                None,
+                &Admission::Unknown,
             )
             .unwrap();
         assert_eq!(limiters.admit_cached(&old).unwrap_err().status, 429);
@@ -202,7 +255,14 @@ mod tests {
         let limiters = AgentLimiters::default();
         let key = ApiKey::generate(KeyKind::Agent);
         limiters
-            .after_read(&key, &key.hash(), "agent-2", None, Admission::Unknown)
+            .after_read(
+                &key,
+                &key.hash(),
+                "agent-2",
+                &with_limit(None),
+                None,
+                &Admission::Unknown,
+            )
             .unwrap();
         for _ in 0..100 {
             assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Admitted);
@@ -211,5 +271,51 @@ mod tests {
         if let Ok(forged) = forged {
             assert_eq!(limiters.admit_cached(&forged).unwrap(), Admission::Unknown);
         }
+    }
+
+    #[test]
+    fn an_agent_is_remembered_with_its_row_version_and_only_for_its_key() {
+        let limiters = AgentLimiters::default();
+        let (key, other) = (
+            ApiKey::generate(KeyKind::Agent),
+            ApiKey::generate(KeyKind::Agent),
+        );
+        let policy = with_limit(None);
+        limiters
+            .after_read(
+                &key,
+                &key.hash(),
+                "agent-4",
+                &policy,
+                Some(7),
+                &Admission::Unknown,
+            )
+            .unwrap();
+        limiters
+            .after_read(
+                &other,
+                &other.hash(),
+                "agent-5",
+                &policy,
+                None,
+                &Admission::Unknown,
+            )
+            .unwrap();
+        let expected = RememberedAgent {
+            agent_id: "agent-4".into(),
+            policy,
+            check: AgentCheck {
+                key_id: key.key_id().to_owned(),
+                row_version: 7,
+            },
+        };
+        assert_eq!(
+            limiters.admit_cached(&key).unwrap(),
+            Admission::Remembered(expected)
+        );
+        // Without a row version (Citus) the agent is counted, never remembered.
+        assert_eq!(limiters.admit_cached(&other).unwrap(), Admission::Admitted);
+        limiters.forget(&key);
+        assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Unknown);
     }
 }

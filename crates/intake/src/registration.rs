@@ -8,8 +8,8 @@
 use opgate_catalog::{Catalog, DeclaredKind};
 use opgate_domain::{BuiltinKind, IdempotencyKey, OperationRequest};
 use opgate_store::{
-    BudgetedRegistration, NewOperation, NewRefund, OperationRecord, PendingRegistration,
-    Registration,
+    BatchAnswer, BudgetedRegistration, NewOperation, NewRefund, OperationRecord,
+    PendingRegistration, Registration,
 };
 use opgate_telemetry::metrics;
 
@@ -90,6 +90,26 @@ pub struct Registered {
     pub replayed: bool,
 }
 
+/// The end of a registration: answered, or to be judged again on a fresh read of the
+/// agent (`Reading::Again`) because it was remembered and nothing confirmed it.
+// One answer per request, moved once, as `opgate_store::Registration`.
+#[allow(clippy::large_enum_variant)]
+pub enum Registering {
+    Answered(Result<Registered, Problem>),
+    ReadAgentAgain,
+}
+
+impl Registering {
+    /// The answer for an agent read in this request (`Reading::Always`), which is
+    /// never sent to be read again.
+    pub fn for_agent_read(self) -> Result<Registered, Problem> {
+        match self {
+            Self::Answered(answer) => answer,
+            Self::ReadAgentAgain => Err(Problem::internal()),
+        }
+    }
+}
+
 /// A request validated by its kind, ready to register.
 enum Prepared {
     /// Registered by the shared statement (group-committed when enabled).
@@ -113,7 +133,26 @@ impl Prepared {
 /// Validates the body by its kind and registers it once per (agent, key): a new
 /// operation (its executors woken after the commit), the existing one for a replay, or
 /// the problem that refused it with nothing written.
-pub async fn register(state: &AppState, submission: Submission<'_>) -> Result<Registered, Problem> {
+///
+/// For a remembered agent (`AuthenticatedAgent::remembered`) only what its statement
+/// confirms is answered: a write that cannot check the agent's row, a refusal by the
+/// remembered policy (403) and an unconfirmed registration all come back as
+/// `ReadAgentAgain`, with nothing written.
+pub async fn register(state: &AppState, submission: Submission<'_>) -> Registering {
+    let remembered = submission.agent.remembered.is_some();
+    match register_once(state, submission).await {
+        Err(problem) if remembered && problem.status == 403 => Registering::ReadAgentAgain,
+        Ok(None) => Registering::ReadAgentAgain,
+        Ok(Some(registered)) => Registering::Answered(Ok(registered)),
+        Err(problem) => Registering::Answered(Err(problem)),
+    }
+}
+
+/// `register`; `None` for a remembered agent that nothing confirmed.
+async fn register_once(
+    state: &AppState,
+    submission: Submission<'_>,
+) -> Result<Option<Registered>, Problem> {
     let Submission {
         agent,
         kind,
@@ -131,14 +170,18 @@ pub async fn register(state: &AppState, submission: Submission<'_>) -> Result<Re
         }
         Some(_) => Registration::KeyReused,
         None => {
-            write(
+            let written = write(
                 state,
                 agent,
                 idempotency_key,
                 &prepared,
                 traceparent.as_deref(),
             )
-            .await?
+            .await?;
+            let Some(registration) = written else {
+                return Ok(None);
+            };
+            registration
         }
     };
     match registration {
@@ -146,18 +189,18 @@ pub async fn register(state: &AppState, submission: Submission<'_>) -> Result<Re
             // After the commit, never inside it: see wakeups.rs.
             state.executor_waker.operation_created();
             tracing::info!(agent_id = %agent.agent_id, operation_id = %record.operation_id, kind = %record.operation_type, "operation registered");
-            Ok(Registered {
+            Ok(Some(Registered {
                 record,
                 replayed: false,
-            })
+            }))
         }
         Registration::Replayed(record) => {
             metrics().duplicate_prevented();
             tracing::info!(agent_id = %agent.agent_id, operation_id = %record.operation_id, status = %record.status, "idempotent replay");
-            Ok(Registered {
+            Ok(Some(Registered {
                 record,
                 replayed: true,
-            })
+            }))
         }
         Registration::KeyReused => {
             tracing::info!(agent_id = %agent.agent_id, "idempotency key reused with a different request");
@@ -202,16 +245,18 @@ async fn prepare(
 }
 
 /// The write: budgeted, group-committed or on its own for a plain request; the refund
-/// transaction for a refund.
+/// transaction for a refund. `None`: the agent was remembered, and this write could not
+/// confirm it (only the group-committed statement checks the agent's row).
 async fn write(
     state: &AppState,
     agent: &AuthenticatedAgent,
     idempotency_key: &IdempotencyKey,
     prepared: &Prepared,
     traceparent: Option<&str>,
-) -> Result<Registration, Problem> {
+) -> Result<Option<Registration>, Problem> {
     let (request, provider) = match prepared {
         Prepared::Plain { request, provider } => (request, provider),
+        Prepared::Refund(_) if agent.remembered.is_some() => return Ok(None),
         Prepared::Refund(refund) => {
             let new = NewRefund {
                 operation_id: opgate_domain::new_operation_id(),
@@ -221,7 +266,7 @@ async fn write(
                 payment_operation_id: refund.payment_operation_id,
                 trace_context: traceparent,
             };
-            return refunds::answer(state.store.register_refund(&new).await?);
+            return refunds::answer(state.store.register_refund(&new).await?).map(Some);
         }
     };
     // Above the agent's threshold, nothing is sent before an operator approves.
@@ -241,7 +286,8 @@ async fn write(
     let budget = request
         .money()
         .and_then(|money| agent.policy.daily_budget_for(money).map(|b| (money, b)));
-    Ok(match (budget, &state.batcher) {
+    Ok(Some(match (budget, &state.batcher) {
+        (Some(_), _) if agent.remembered.is_some() => return Ok(None),
         (Some((money, budget)), _) => {
             match state.store.register_within_budget(&new, budget).await? {
                 BudgetedRegistration::Registered(registration) => registration,
@@ -259,8 +305,17 @@ async fn write(
         // (On Citus the batch commits shard by shard, each part on its node alone:
         // docs/scale-out.md.)
         (None, Some(batcher)) if awaiting_approval_for.is_none() => {
-            batcher.submit(PendingRegistration::from_new(&new)).await?
+            let pending = PendingRegistration::from_new(&new);
+            let pending = match &agent.remembered {
+                Some(check) => pending.checked_against(check.clone()),
+                None => pending,
+            };
+            match batcher.submit(pending).await? {
+                BatchAnswer::Registered(registration) => registration,
+                BatchAnswer::Unconfirmed => return Ok(None),
+            }
         }
+        (None, _) if agent.remembered.is_some() => return Ok(None),
         (None, _) => state.store.register_operation(&new).await?,
-    })
+    }))
 }

@@ -6,7 +6,8 @@
 use uuid::Uuid;
 
 use crate::agents::{
-    agent_columns, agent_from_row, key_id_accepted, presented_key_hash, AgentRecord,
+    agent_columns, agent_from_row, agent_row_version, key_id_accepted, presented_key_hash,
+    AgentRecord,
 };
 use crate::error::StoreError;
 use crate::operations::{
@@ -24,6 +25,9 @@ pub struct AgentRequestContext {
     pub presented_key_hash: String,
     /// The operation this agent registered under the presented Idempotency-Key.
     pub existing: Option<OperationRecord>,
+    /// The version of the agent's row as read (`AgentCheck`); `None` on Citus, where
+    /// each node keeps its own copy of the row.
+    pub row_version: Option<i64>,
 }
 
 /// The operation is read by the unique (agent_id, idempotency_key) with both values
@@ -38,6 +42,8 @@ pub(crate) const AGENT_WITH_EXISTING_OPERATION: &str = concat!(
     agent_columns!("a.", "agent_"),
     ", ",
     presented_key_hash!("a."),
+    ", ",
+    agent_row_version!("a."),
     ", existing.*
      FROM agents a
      LEFT JOIN (
@@ -98,6 +104,7 @@ impl Store {
             agent,
             presented_key_hash: row.get("presented_key_hash"),
             existing,
+            row_version: Some(row.get("agent_row_version")),
         }))
     }
 
@@ -125,6 +132,7 @@ impl Store {
             agent,
             presented_key_hash: row.get("presented_key_hash"),
             existing,
+            row_version: None,
         }))
     }
 }

@@ -117,17 +117,25 @@ macro_rules! agent_columns {
 }
 pub(crate) use agent_columns;
 
-/// The condition under which the key id `$1` names the agent row `$table`: its current
-/// key id, or its previous one until that expires; never for a revoked agent. Both
-/// columns are uniquely indexed, so this is a BitmapOr of two index probes.
+/// The condition under which the key id `$1` (or the expression `$key`) names the
+/// agent row `$table`: its current key id, or its previous one until that expires;
+/// never for a revoked agent. Both columns are uniquely indexed, so this is a BitmapOr
+/// of two index probes.
 macro_rules! key_id_accepted {
     ($table:literal) => {
+        key_id_accepted!($table, "$1")
+    };
+    ($table:literal, $key:literal) => {
         concat!(
             "(",
             $table,
-            "key_id = $1 OR (",
+            "key_id = ",
+            $key,
+            " OR (",
             $table,
-            "previous_key_id = $1 AND ",
+            "previous_key_id = ",
+            $key,
+            " AND ",
             $table,
             "previous_key_expires_at > now())) AND ",
             $table,
@@ -154,6 +162,17 @@ macro_rules! presented_key_hash {
     };
 }
 pub(crate) use presented_key_hash;
+
+/// The version of the agent row `$table` (`agent_row_version`): its `xmin`, the
+/// transaction that wrote this version of the row. Every UPDATE of the row (a policy
+/// change, a rotation, a revocation, or an operator's own SQL) writes a new version
+/// with a new `xmin`; row locks and freezing leave it as it is.
+macro_rules! agent_row_version {
+    ($table:literal) => {
+        concat!($table, "xmin::text::bigint AS agent_row_version")
+    };
+}
+pub(crate) use agent_row_version;
 
 const AGENT_COLUMNS: &str = agent_columns!("", "");
 

@@ -2,8 +2,18 @@
 //! statement (one transaction, one commit), each request still getting its own answer.
 //! The statement is the single registration's, made multi-row with `unnest`: the same
 //! `ON CONFLICT (agent_id, idempotency_key) DO NOTHING`, outbox and audit rows only for
-//! rows it inserted. Keys it did not insert (taken before, or twice in the batch) are
-//! then read and compared by request hash, exactly as for a single registration.
+//! rows it inserted. The same statement returns the operations that keys it did not
+//! insert already named when it began; a key taken by a transaction it could not see
+//! (a concurrent one, or the same key twice in the batch) is read after it. Each is
+//! then compared by request hash, exactly as for a single registration.
+//!
+//! A registration may carry an `AgentCheck`: intake authenticated its agent from an
+//! earlier read of the agent's row instead of reading it again. The statement then
+//! writes it, and answers it from an existing operation, only while that row is the
+//! version intake read and still accepts the key id; otherwise it is answered
+//! `Unconfirmed` with nothing written, and intake reads the agent again. So a
+//! revocation, rotation or policy change is never outrun by what intake remembers: the
+//! database decides, in the statement that writes.
 
 use std::collections::HashMap;
 
@@ -11,6 +21,7 @@ use opgate_domain::RequestHash;
 use rust_decimal::Decimal;
 use uuid::Uuid;
 
+use crate::agents::key_id_accepted;
 use crate::error::StoreError;
 use crate::operations::{
     operation_columns, operation_from_row, NewOperation, OperationRecord, Registration,
@@ -30,6 +41,28 @@ pub struct PendingRegistration {
     pub(crate) amount: Option<Decimal>,
     pub(crate) currency: Option<&'static str>,
     pub(crate) trace_context: Option<String>,
+    pub(crate) agent_check: Option<AgentCheck>,
+}
+
+/// The agent row a registration was authenticated against without reading it: the key
+/// id presented and the row's version when it was last read
+/// (`AgentRequestContext::row_version`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentCheck {
+    pub key_id: String,
+    pub row_version: i64,
+}
+
+/// The batch's answer to one registration.
+#[derive(Debug, Clone)]
+// One answer per request, moved once, as `Registration`.
+#[allow(clippy::large_enum_variant)]
+pub enum BatchAnswer {
+    Registered(Registration),
+    /// Carried an `AgentCheck` and was not confirmed: the agent's row changed since it
+    /// was read, no longer accepts the key id, or the key was taken by a transaction
+    /// the statement could not see. Nothing was written for it; read the agent again.
+    Unconfirmed,
 }
 
 impl PendingRegistration {
@@ -45,16 +78,34 @@ impl PendingRegistration {
             amount: new.request.money().map(|m| m.amount()),
             currency: new.request.money().map(|m| m.currency().code()),
             trace_context: new.trace_context.map(str::to_owned),
+            agent_check: None,
         }
+    }
+
+    /// Registered only while the agent's row is as `check` says (see the module).
+    pub fn checked_against(mut self, check: AgentCheck) -> Self {
+        self.agent_check = Some(check);
+        self
     }
 }
 
 const REGISTER_BATCH: &str = concat!(
     "WITH input AS (
         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
-                             $6::text[], $7::jsonb[], $8::text[], $9::numeric[], $10::text[])
+                             $6::text[], $7::jsonb[], $8::text[], $9::numeric[], $10::text[],
+                             $11::text[], $12::bigint[])
             AS t(operation_id, agent_id, idempotency_key, operation_type, provider,
-                 request_hash, request_payload, trace_context, amount, currency)
+                 request_hash, request_payload, trace_context, amount, currency,
+                 key_id, agent_row_version)
+    ), confirmed AS (
+        SELECT * FROM input
+        WHERE agent_row_version IS NULL OR EXISTS (
+            SELECT 1 FROM agents a
+            WHERE a.agent_id = input.agent_id
+              AND a.xmin::text::bigint = input.agent_row_version
+              AND ",
+    key_id_accepted!("a.", "input.key_id"),
+    ")
     ), inserted AS (
         INSERT INTO operations (operation_id, agent_id, idempotency_key, operation_type,
                                 provider, request_hash, request_payload, trace_context,
@@ -62,7 +113,7 @@ const REGISTER_BATCH: &str = concat!(
         SELECT operation_id, agent_id, idempotency_key, operation_type, provider, request_hash,
                request_payload, trace_context, amount, currency,
                request_payload->>'customer_id'
-        FROM input
+        FROM confirmed
         ON CONFLICT (agent_id, idempotency_key) DO NOTHING
         RETURNING ",
     operation_columns!(),
@@ -75,9 +126,16 @@ const REGISTER_BATCH: &str = concat!(
         SELECT operation_id, agent_id, NULL, status, 'intake:agent/' || agent_id, 'registered'
         FROM inserted
     )
-    SELECT ",
+    SELECT true AS created, operation_id AS asked_by, ",
     operation_columns!(),
-    " FROM inserted"
+    " FROM inserted
+    UNION ALL
+    SELECT false, confirmed.operation_id, existing.* FROM confirmed CROSS JOIN LATERAL (
+        SELECT ",
+    operation_columns!(),
+    " FROM operations
+        WHERE agent_id = confirmed.agent_id AND idempotency_key = confirmed.idempotency_key
+    ) existing"
 );
 
 const FIND_BY_KEYS: &str = concat!(
@@ -96,18 +154,9 @@ impl Store {
     pub async fn register_batch(
         &self,
         batch: &[PendingRegistration],
-    ) -> Result<Vec<Registration>, StoreError> {
+    ) -> Result<Vec<BatchAnswer>, StoreError> {
         if self.is_distributed().await? {
-            let created = self.register_batch_by_shard(batch).await?;
-            let created: HashMap<Uuid, OperationRecord> =
-                created.into_iter().map(|r| (r.operation_id, r)).collect();
-            let taken: Vec<(&str, &str)> = batch
-                .iter()
-                .filter(|r| !created.contains_key(&r.operation_id))
-                .map(|r| (r.agent_id.as_str(), r.idempotency_key.as_str()))
-                .collect();
-            let existing = self.find_each_by_key(&taken).await?;
-            return answers(batch, created, existing);
+            return self.register_batch_distributed(batch).await;
         }
         let client = self.client().await?;
         // Keys in one order for every batch: two batches inserting overlapping keys in
@@ -127,8 +176,16 @@ impl Store {
             ordered.iter().map(|r| r.trace_context.as_deref()).collect();
         let amounts: Vec<Option<Decimal>> = ordered.iter().map(|r| r.amount).collect();
         let currencies: Vec<Option<&str>> = ordered.iter().map(|r| r.currency).collect();
+        let key_ids: Vec<Option<&str>> = ordered
+            .iter()
+            .map(|r| r.agent_check.as_ref().map(|c| c.key_id.as_str()))
+            .collect();
+        let versions: Vec<Option<i64>> = ordered
+            .iter()
+            .map(|r| r.agent_check.as_ref().map(|c| c.row_version))
+            .collect();
         let register = client.prepare_cached(REGISTER_BATCH).await?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
             &ids,
             &agents,
             &keys,
@@ -139,59 +196,102 @@ impl Store {
             &traces,
             &amounts,
             &currencies,
+            &key_ids,
+            &versions,
         ];
         // A deadlock victim's statement was rolled back whole, so running it again is
         // safe (a single-request registration from another intake can still interleave).
         let rows =
             query_rerunning_deadlock_victim(&client, &register, &params, "registration batch")
                 .await?;
-        let mut created = HashMap::new();
+        // Each row answers the registration that asked (`asked_by`): the operation it
+        // created, or the one its key already named when the statement began.
+        let mut answered = HashMap::new();
+        let mut created = Vec::new();
         for row in &rows {
-            let record = operation_from_row(row)?;
-            created.insert(record.operation_id, record);
+            let asked_by: Uuid = row.get("asked_by");
+            if row.get("created") {
+                created.push(asked_by);
+            }
+            answered.insert(asked_by, operation_from_row(row)?);
         }
-        let mut existing = Vec::new();
-        if created.len() < batch.len() {
-            let (agents, keys): (Vec<&str>, Vec<&str>) = batch
-                .iter()
-                .filter(|r| !created.contains_key(&r.operation_id))
-                .map(|r| (r.agent_id.as_str(), r.idempotency_key.as_str()))
-                .unzip();
+        // Keys taken by a transaction the statement could not see, read now that it
+        // has committed; a checked registration is left unconfirmed instead.
+        let (agents, keys): (Vec<&str>, Vec<&str>) = batch
+            .iter()
+            .filter(|r| r.agent_check.is_none() && !answered.contains_key(&r.operation_id))
+            .map(|r| (r.agent_id.as_str(), r.idempotency_key.as_str()))
+            .unzip();
+        let mut found = Vec::new();
+        if !keys.is_empty() {
             let find = client.prepare_cached(FIND_BY_KEYS).await?;
             for row in client.query(&find, &[&agents, &keys]).await? {
-                existing.push((row.get("idempotency_key"), operation_from_row(&row)?));
+                found.push((row.get("idempotency_key"), operation_from_row(&row)?));
             }
         }
-        answers(batch, created, existing)
+        answers(batch, &created, answered, found)
+    }
+
+    /// `register_batch` on Citus. A checked registration is answered `Unconfirmed`
+    /// unwritten: there each node keeps its own copy of the agent's row, so intake
+    /// never checks against one.
+    async fn register_batch_distributed(
+        &self,
+        batch: &[PendingRegistration],
+    ) -> Result<Vec<BatchAnswer>, StoreError> {
+        let unchecked: Vec<PendingRegistration> = batch
+            .iter()
+            .filter(|r| r.agent_check.is_none())
+            .cloned()
+            .collect();
+        let created = self.register_batch_by_shard(&unchecked).await?;
+        let created: HashMap<Uuid, OperationRecord> =
+            created.into_iter().map(|r| (r.operation_id, r)).collect();
+        let taken: Vec<(&str, &str)> = unchecked
+            .iter()
+            .filter(|r| !created.contains_key(&r.operation_id))
+            .map(|r| (r.agent_id.as_str(), r.idempotency_key.as_str()))
+            .collect();
+        let found = self.find_each_by_key(&taken).await?;
+        let ids: Vec<Uuid> = created.keys().copied().collect();
+        answers(batch, &ids, created, found)
     }
 }
 
-/// Each registration's answer, in the batch's order: created by this batch, or the
-/// operation its key already names (`existing`, with that key), replayed or a reused
-/// key.
+/// Each registration's answer, in the batch's order: the operation it `created`, or
+/// the one its key names (`answered` by the statement, else `found` after it by key),
+/// replayed or a reused key; a checked registration answered by neither, unconfirmed.
 fn answers(
     batch: &[PendingRegistration],
-    mut created: HashMap<Uuid, OperationRecord>,
-    existing: Vec<(String, OperationRecord)>,
-) -> Result<Vec<Registration>, StoreError> {
-    let by_key: HashMap<(&str, &str), &OperationRecord> = existing
+    created: &[Uuid],
+    mut answered: HashMap<Uuid, OperationRecord>,
+    found: Vec<(String, OperationRecord)>,
+) -> Result<Vec<BatchAnswer>, StoreError> {
+    let by_key: HashMap<(&str, &str), &OperationRecord> = found
         .iter()
         .map(|(key, r)| ((r.agent_id.as_str(), key.as_str()), r))
         .collect();
     batch
         .iter()
         .map(|r| {
-            if let Some(record) = created.remove(&r.operation_id) {
-                return Ok(Registration::Created(record));
-            }
-            let record = by_key
-                .get(&(r.agent_id.as_str(), r.idempotency_key.as_str()))
-                .ok_or_else(|| StoreError::Corrupt("a conflicting key vanished".into()))?;
-            Ok(if record.request_hash == r.request_hash {
-                Registration::Replayed((*record).clone())
-            } else {
-                Registration::KeyReused
-            })
+            let record = match answered.remove(&r.operation_id) {
+                Some(record) if created.contains(&r.operation_id) => {
+                    return Ok(BatchAnswer::Registered(Registration::Created(record)));
+                }
+                Some(record) => record,
+                None if r.agent_check.is_some() => return Ok(BatchAnswer::Unconfirmed),
+                None => by_key
+                    .get(&(r.agent_id.as_str(), r.idempotency_key.as_str()))
+                    .map(|record| (*record).clone())
+                    .ok_or_else(|| StoreError::Corrupt("a conflicting key vanished".into()))?,
+            };
+            Ok(BatchAnswer::Registered(
+                if record.request_hash == r.request_hash {
+                    Registration::Replayed(record)
+                } else {
+                    Registration::KeyReused
+                },
+            ))
         })
         .collect()
 }

@@ -104,7 +104,8 @@ impl OpgateMcp {
                 traceparent: propagation::traceparent_of(&span),
             },
         )
-        .await?;
+        .await
+        .for_agent_read()?;
         span.record(
             "opgate.operation_id",
             registered.record.operation_id.to_string(),

@@ -7,11 +7,11 @@ use opgate_domain::IdempotencyKey;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use crate::auth::authenticate_with_existing;
+use crate::auth::{authenticate_with_existing, Reading};
 use crate::body::{read_body, require_json_content_type};
 use crate::headers::single_header;
 use crate::problem::Problem;
-use crate::registration::{register, Kind, Submission};
+use crate::registration::{register, Kind, Registering, Submission};
 use crate::routes::operations::respond;
 use crate::routes::{payments, refunds};
 use crate::view::OperationView;
@@ -65,43 +65,113 @@ pub async fn create_operation(
     let subscribed = requested_wait(&request).map(|_| state.settled.subscribe());
     // Read before authenticating, refused after it: a bad key still answers 401 first.
     let idempotency_key = idempotency_key(&request);
-    let (agent, existing) =
-        authenticate_with_existing(&request, &state.store, idempotency_key.as_ref().ok()).await?;
-    let kind = Kind::permitted(&state.catalog, &agent, &kind)?;
-    let idempotency_key = idempotency_key?;
-    require_json_content_type(&request)?;
-    let body = read_body(&request, payload).await?;
-
-    // The server span continues the agent's traceparent, if it sent one; storing its
-    // context carries the trace through the outbox to the executor and reconciler.
-    let server_span = tracing::Span::current();
-    server_span.record("opgate.agent_id", agent.agent_id.as_str());
-    server_span.record("opgate.idempotency_key", idempotency_key.as_str());
-    let registered = register(
-        &state,
-        Submission {
-            agent: &agent,
-            kind,
-            idempotency_key: &idempotency_key,
-            body: &body,
-            existing,
-            traceparent: propagation::traceparent_of(&server_span),
-        },
-    )
-    .await?;
-    server_span.record(
+    let mut body = BodyOnce::Unread(payload);
+    let attempt = Attempt {
+        request: &request,
+        state: &state,
+        kind: &kind,
+        idempotency_key: &idempotency_key,
+    };
+    // An agent this intake read recently is not read again: the registration's
+    // statement confirms its row. What it cannot confirm is judged on a fresh read.
+    let (agent_id, registered) = match attempt.run(Reading::UnlessRemembered, &mut body).await? {
+        (agent_id, Registering::Answered(answer)) => (agent_id, answer?),
+        (_, Registering::ReadAgentAgain) => {
+            let (agent_id, again) = attempt.run(Reading::Again, &mut body).await?;
+            (agent_id, again.for_agent_read()?)
+        }
+    };
+    tracing::Span::current().record(
         "opgate.operation_id",
         registered.record.operation_id.to_string(),
     );
     Ok(respond(
         &request,
         &state,
-        &agent.agent_id,
+        &agent_id,
         registered.record,
         registered.replayed,
         subscribed,
     )
     .await)
+}
+
+/// One request's registration, run once or (`Reading::Again`) twice.
+struct Attempt<'a> {
+    request: &'a HttpRequest,
+    state: &'a AppState,
+    kind: &'a str,
+    idempotency_key: &'a Result<IdempotencyKey, Problem>,
+}
+
+impl Attempt<'_> {
+    /// Authenticates the agent (reading it as `reading` says) and registers the
+    /// request; answers with the agent's id.
+    async fn run(
+        &self,
+        reading: Reading,
+        body: &mut BodyOnce,
+    ) -> Result<(String, Registering), Problem> {
+        let Self { request, state, .. } = *self;
+        let (agent, existing) = authenticate_with_existing(
+            request,
+            &state.store,
+            self.idempotency_key.as_ref().ok(),
+            reading,
+        )
+        .await?;
+        let kind = match Kind::permitted(&state.catalog, &agent, self.kind) {
+            // A grant added since the agent was remembered is seen on a fresh read.
+            Err(problem) if agent.remembered.is_some() && problem.status == 403 => {
+                return Ok((agent.agent_id, Registering::ReadAgentAgain));
+            }
+            kind => kind?,
+        };
+        let idempotency_key = self.idempotency_key.clone()?;
+        require_json_content_type(request)?;
+        let body = body.read(request).await?;
+
+        // The server span continues the agent's traceparent, if it sent one; storing its
+        // context carries the trace through the outbox to the executor and reconciler.
+        let server_span = tracing::Span::current();
+        server_span.record("opgate.agent_id", agent.agent_id.as_str());
+        server_span.record("opgate.idempotency_key", idempotency_key.as_str());
+        let registering = register(
+            state,
+            Submission {
+                agent: &agent,
+                kind,
+                idempotency_key: &idempotency_key,
+                body: &body,
+                existing,
+                traceparent: propagation::traceparent_of(&server_span),
+            },
+        )
+        .await;
+        Ok((agent.agent_id, registering))
+    }
+}
+
+/// The request's body, read from the connection the first time it is needed.
+enum BodyOnce {
+    Unread(web::Payload),
+    Read(web::Bytes),
+    /// Only while it is being read.
+    Reading,
+}
+
+impl BodyOnce {
+    async fn read(&mut self, request: &HttpRequest) -> Result<web::Bytes, Problem> {
+        if let Self::Read(body) = self {
+            return Ok(body.clone());
+        }
+        let Self::Unread(payload) = std::mem::replace(self, Self::Reading) else {
+            return Err(Problem::internal());
+        };
+        let body = read_body(request, payload).await?;
+        *self = Self::Read(body.clone());
+        Ok(body)
+    }
 }
 
 fn idempotency_key(request: &HttpRequest) -> Result<IdempotencyKey, Problem> {
