@@ -86,6 +86,9 @@ def main():
         "its log row, and the NOTIFY of its statement trigger), taken from the installed "
         "pgqueuer with the job's values in place of the bind parameters. Its queue table is "
         "vacuumed before each drain's prefill, as opgate's outbox is.",
+        "- End to end, the legs run interleaved (opgate, then each peer's two settings), twice: "
+        "this machine's pace drifts by more than the ratios measured, so no system gets all of "
+        "one slow stretch. Each system's figure is its best run.",
         "",
         "| work | opgate per s | Graphile Worker per s | opgate / Graphile Worker "
         "| pgqueuer per s | opgate / pgqueuer |",
@@ -105,21 +108,24 @@ def main():
             f"(local queue {g['local_queue']}) | {o['per_s'] / g['per_s']:.2f} × "
             f"| {q['per_s']:.0f} (batch size {q['batch_size']}) | {o['per_s'] / q['per_s']:.2f} × |"
         )
-    lines += ["", "Every Graphile Worker run:", "", "| work | local queue | jobs | seconds | per s |", "|---|---:|---:|---:|---:|"]
+    lines += ["", "Every opgate end-to-end run:", "", "| round | jobs | seconds | per s |", "|---:|---:|---:|---:|"]
+    for row in by["opgate_end_to_end"]:
+        lines.append(f"| {row.get('round', 1)} | {row['jobs']} | {row['seconds']:.2f} | {row['per_s']:.0f} |")
+    lines += ["", "Every Graphile Worker run:", "", "| work | round | local queue | jobs | seconds | per s |", "|---|---:|---:|---:|---:|---:|"]
     for name in ("graphile_drain", "graphile_end_to_end"):
         for row in by[name]:
-            lines.append(f"| {name.replace('graphile_', '').replace('_', ' ')} | {row['local_queue']} | {row['jobs']} | {row['seconds']:.2f} | {row['per_s']:.0f} |")
+            lines.append(f"| {name.replace('graphile_', '').replace('_', ' ')} | {row.get('round', '')} | {row['local_queue']} | {row['jobs']} | {row['seconds']:.2f} | {row['per_s']:.0f} |")
     lines += [
         "",
         "Every pgqueuer run (retries: attempts its retry executor re-queued):",
         "",
-        "| work | batch size | jobs | seconds | per s | retries |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| work | round | batch size | jobs | seconds | per s | retries |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name in ("pgqueuer_drain", "pgqueuer_end_to_end"):
         for row in by[name]:
             lines.append(
-                f"| {name.replace('pgqueuer_', '').replace('_', ' ')} | {row['batch_size']} | {row['jobs']} "
+                f"| {name.replace('pgqueuer_', '').replace('_', ' ')} | {row.get('round', '')} | {row['batch_size']} | {row['jobs']} "
                 f"| {row['seconds']:.2f} | {row['per_s']:.0f} | {row['retries']} |"
             )
     for peer, name in (("Graphile Worker", "graphile_end_to_end"), ("pgqueuer", "pgqueuer_end_to_end")):
