@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use opgate_e2e::api::{get_operation, payment_body, post_payment, Reply};
+use opgate_e2e::api::{get_operation, payment_body, post_operation, post_payment, Reply};
 use opgate_e2e::{eventually, opgate, Intake, TestDb};
 
 async fn pay(intake: &Intake, key: &str, invoice: &str, amount: &str) -> Reply {
@@ -272,4 +272,31 @@ async fn a_revoked_agent_is_refused_with_its_new_and_its_previous_key() {
     assert!(!again.status.success());
     assert!(again.stdout.is_empty(), "a failed rotation printed a key");
     assert_eq!(again.stderr.trim().lines().count(), 1, "{}", again.stderr);
+}
+
+/// A refund reads its payment before it writes. Sent at once after a revocation, while
+/// the intake still remembers the agent, it is judged on a fresh read: 401, not the 404
+/// or 409 its payment's state would answer.
+#[tokio::test]
+async fn a_refund_sent_right_after_a_revocation_learns_nothing_of_its_payment() {
+    let db = TestDb::create().await;
+    let key = db.create_agent(
+        "revoked-refunder",
+        &["--allow", "payment", "--allow", "refund"],
+    );
+    let intake = Intake::start(&db.url).await;
+    let paid = pay(&intake, &key, "paid", "5.00").await;
+    assert_eq!(paid.status, 202, "{}", paid.body);
+    let pending = paid.operation_id().to_owned();
+
+    opgate(&db.url, &["agents", "revoke", "revoked-refunder"]).success();
+    let client = reqwest::Client::new();
+    // The unknown payment first: the fresh read that refuses it also forgets the agent.
+    for payment in ["01900000-0000-7000-8000-000000000000", pending.as_str()] {
+        let body = serde_json::json!({"payment_operation_id": payment, "amount": "1.00"});
+        let key_name = format!("refund-{payment}");
+        post_operation(&client, &intake.base_url, "refund", &key, &key_name, &body)
+            .await
+            .assert_problem(401);
+    }
 }

@@ -135,9 +135,9 @@ impl Prepared {
 /// the problem that refused it with nothing written.
 ///
 /// For a remembered agent (`AuthenticatedAgent::remembered`) only what its statement
-/// confirms is answered: a write that cannot check the agent's row, a refusal by the
-/// remembered policy (403) and an unconfirmed registration all come back as
-/// `ReadAgentAgain`, with nothing written.
+/// confirms is answered: a refund (which reads its payment first), a write that cannot
+/// check the agent's row, a refusal by the remembered policy (403) and an unconfirmed
+/// registration all come back as `ReadAgentAgain`, with nothing written.
 pub async fn register(state: &AppState, submission: Submission<'_>) -> Registering {
     let remembered = submission.agent.remembered.is_some();
     match register_once(state, submission).await {
@@ -161,6 +161,11 @@ async fn register_once(
         existing,
         traceparent,
     } = submission;
+    // A refund reads its payment before it writes: no stored data is answered on a
+    // remembered agent, so a refund's agent is read first.
+    if agent.remembered.is_some() && matches!(kind, Kind::Builtin(BuiltinKind::Refund)) {
+        return Ok(None);
+    }
     let prepared = prepare(state, agent, kind, body).await?;
     let registration = match existing {
         // The key was already taken when the request was authenticated: a replay, or
@@ -256,7 +261,6 @@ async fn write(
 ) -> Result<Option<Registration>, Problem> {
     let (request, provider) = match prepared {
         Prepared::Plain { request, provider } => (request, provider),
-        Prepared::Refund(_) if agent.remembered.is_some() => return Ok(None),
         Prepared::Refund(refund) => {
             let new = NewRefund {
                 operation_id: opgate_domain::new_operation_id(),
