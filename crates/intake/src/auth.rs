@@ -23,6 +23,14 @@ pub struct AuthenticatedAgent {
     pub remembered: Option<AgentCheck>,
 }
 
+impl AuthenticatedAgent {
+    /// Whether `problem` is a refusal by a remembered policy (403), which a fresh read
+    /// may overturn (a grant or a higher limit set since).
+    pub fn refused_from_memory(&self, problem: &Problem) -> bool {
+        self.remembered.is_some() && problem.status == 403
+    }
+}
+
 pub struct AuthenticatedOperator {
     pub operator_id: String,
 }

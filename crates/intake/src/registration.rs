@@ -139,9 +139,9 @@ impl Prepared {
 /// check the agent's row, a refusal by the remembered policy (403) and an unconfirmed
 /// registration all come back as `ReadAgentAgain`, with nothing written.
 pub async fn register(state: &AppState, submission: Submission<'_>) -> Registering {
-    let remembered = submission.agent.remembered.is_some();
+    let agent = submission.agent;
     match register_once(state, submission).await {
-        Err(problem) if remembered && problem.status == 403 => Registering::ReadAgentAgain,
+        Err(problem) if agent.refused_from_memory(&problem) => Registering::ReadAgentAgain,
         Ok(None) => Registering::ReadAgentAgain,
         Ok(Some(registered)) => Registering::Answered(Ok(registered)),
         Err(problem) => Registering::Answered(Err(problem)),

@@ -122,7 +122,7 @@ impl Attempt<'_> {
         .await?;
         let kind = match Kind::permitted(&state.catalog, &agent, self.kind) {
             // A grant added since the agent was remembered is seen on a fresh read.
-            Err(problem) if agent.remembered.is_some() && problem.status == 403 => {
+            Err(problem) if agent.refused_from_memory(&problem) => {
                 return Ok((agent.agent_id, Registering::ReadAgentAgain));
             }
             kind => kind?,
