@@ -15,6 +15,7 @@
 //! revocation, rotation or policy change is never outrun by what intake remembers: the
 //! database decides, in the statement that writes.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use opgate_domain::RequestHash;
@@ -206,20 +207,22 @@ impl Store {
                 .await?;
         // Each row answers the registration that asked (`asked_by`): the operation it
         // created, or the one its key already named when the statement began.
-        let mut answered = HashMap::new();
-        let mut created = Vec::new();
+        let (mut created, mut existing) = (HashMap::new(), HashMap::new());
         for row in &rows {
-            let asked_by: Uuid = row.get("asked_by");
-            if row.get("created") {
-                created.push(asked_by);
-            }
-            answered.insert(asked_by, operation_from_row(row)?);
+            let answered = if row.get("created") {
+                &mut created
+            } else {
+                &mut existing
+            };
+            answered.insert(row.get::<_, Uuid>("asked_by"), operation_from_row(row)?);
         }
         // Keys taken by a transaction the statement could not see, read now that it
         // has committed; a checked registration is left unconfirmed instead.
         let (agents, keys): (Vec<&str>, Vec<&str>) = batch
             .iter()
-            .filter(|r| r.agent_check.is_none() && !answered.contains_key(&r.operation_id))
+            .filter(|r| r.agent_check.is_none())
+            .filter(|r| !created.contains_key(&r.operation_id))
+            .filter(|r| !existing.contains_key(&r.operation_id))
             .map(|r| (r.agent_id.as_str(), r.idempotency_key.as_str()))
             .unzip();
         let mut found = Vec::new();
@@ -229,7 +232,7 @@ impl Store {
                 found.push((row.get("idempotency_key"), operation_from_row(&row)?));
             }
         }
-        answers(batch, &created, answered, found)
+        answers(batch, created, existing, found)
     }
 
     /// `register_batch` on Citus. A checked registration is answered `Unconfirmed`
@@ -239,11 +242,17 @@ impl Store {
         &self,
         batch: &[PendingRegistration],
     ) -> Result<Vec<BatchAnswer>, StoreError> {
-        let unchecked: Vec<PendingRegistration> = batch
-            .iter()
-            .filter(|r| r.agent_check.is_none())
-            .cloned()
-            .collect();
+        // Intake sends none there; only a caller that does pays for the copy.
+        let unchecked: Cow<[PendingRegistration]> = if batch.iter().all(|r| r.agent_check.is_none())
+        {
+            Cow::Borrowed(batch)
+        } else {
+            batch
+                .iter()
+                .filter(|r| r.agent_check.is_none())
+                .cloned()
+                .collect()
+        };
         let created = self.register_batch_by_shard(&unchecked).await?;
         let created: HashMap<Uuid, OperationRecord> =
             created.into_iter().map(|r| (r.operation_id, r)).collect();
@@ -253,18 +262,18 @@ impl Store {
             .map(|r| (r.agent_id.as_str(), r.idempotency_key.as_str()))
             .collect();
         let found = self.find_each_by_key(&taken).await?;
-        let ids: Vec<Uuid> = created.keys().copied().collect();
-        answers(batch, &ids, created, found)
+        answers(batch, created, HashMap::new(), found)
     }
 }
 
 /// Each registration's answer, in the batch's order: the operation it `created`, or
-/// the one its key names (`answered` by the statement, else `found` after it by key),
-/// replayed or a reused key; a checked registration answered by neither, unconfirmed.
+/// the one its key names (`existing` when the statement began, by the registration
+/// that asked, else `found` after it, by key), replayed or a reused key; a checked
+/// registration answered by neither, unconfirmed.
 fn answers(
     batch: &[PendingRegistration],
-    created: &[Uuid],
-    mut answered: HashMap<Uuid, OperationRecord>,
+    mut created: HashMap<Uuid, OperationRecord>,
+    mut existing: HashMap<Uuid, OperationRecord>,
     found: Vec<(String, OperationRecord)>,
 ) -> Result<Vec<BatchAnswer>, StoreError> {
     let by_key: HashMap<(&str, &str), &OperationRecord> = found
@@ -274,10 +283,10 @@ fn answers(
     batch
         .iter()
         .map(|r| {
-            let record = match answered.remove(&r.operation_id) {
-                Some(record) if created.contains(&r.operation_id) => {
-                    return Ok(BatchAnswer::Registered(Registration::Created(record)));
-                }
+            if let Some(record) = created.remove(&r.operation_id) {
+                return Ok(BatchAnswer::Registered(Registration::Created(record)));
+            }
+            let record = match existing.remove(&r.operation_id) {
                 Some(record) => record,
                 None if r.agent_check.is_some() => return Ok(BatchAnswer::Unconfirmed),
                 None => by_key
