@@ -10,7 +10,9 @@ use tokio_postgres::Row;
 
 use crate::budgets::{spent_in_window, BudgetedRegistration, LOCK_AGENT};
 use crate::error::StoreError;
-use crate::operations::{operation_columns, operation_from_row, NewOperation, Registration};
+use crate::operations::{
+    operation_columns, operation_from_row, NewOperation, Registration, RowValues,
+};
 
 /// $1 id, $2 agent, $3 key, $4 kind, $5 provider, $6 request hash, $7 payload, $8 trace
 /// context, $9 actor, $10 amount, $11 currency, $12 approval timeout in ms (NULL: none),
@@ -82,30 +84,20 @@ pub(crate) async fn register_in_one_trip(
         .request
         .money()
         .ok_or_else(|| StoreError::Corrupt("a budgeted operation without money".into()))?;
-    let (amount, currency) = (money.amount(), money.currency().code());
-    let actor = format!("intake:agent/{}", new.agent_id);
-    let key = new.idempotency_key.as_str();
-    let hash = new.request.request_hash().as_str();
+    let amount = money.amount();
+    let values = RowValues::new(
+        new,
+        new.request.fields(),
+        new.provider,
+        Some((amount, money.currency().code().to_owned())),
+    );
     let approval_ms = new.awaiting_approval_for.map(crate::execution::millis);
     // Prepared before the pipeline (once per connection), so that the four requests
     // below are all sent on the first poll: none waits for another's answer.
     let lock = client.prepare_cached(LOCK_AGENT).await?;
     let register = client.prepare_cached(REGISTER_WITHIN_BUDGET).await?;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 13] = [
-        &new.operation_id,
-        &new.agent_id,
-        &key,
-        &new.request.kind().as_str(),
-        &new.provider,
-        &hash,
-        new.request.fields(),
-        &new.trace_context,
-        &actor,
-        &amount,
-        &currency,
-        &approval_ms,
-        &budget,
-    ];
+    let rest: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&approval_ms, &budget];
+    let params = values.params_with(&rest);
     // If a statement fails, the transaction is aborted and the COMMIT that follows it
     // in the pipeline ends it as a rollback: the connection goes back idle either way.
     // Every answer is awaited, and the first error in pipeline order is the cause (a

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use opgate_domain::{IdempotencyKey, OperationRequest, OperationStatus, RequestHash};
 use rust_decimal::Decimal;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -302,6 +302,67 @@ impl Store {
     }
 }
 
+/// The values of `insert_operation_row!`'s $1..$11 for `new`: the row's own columns
+/// and, as $9, the audit row's actor. Every statement built on it takes them in this
+/// order; what follows $11 is its own.
+pub(crate) struct RowValues<'a> {
+    new: &'a NewOperation<'a>,
+    key: &'a str,
+    kind: &'a str,
+    hash: &'a str,
+    payload: &'a serde_json::Value,
+    provider: &'a str,
+    amount: Option<Decimal>,
+    currency: Option<String>,
+    pub(crate) actor: String,
+}
+
+impl<'a> RowValues<'a> {
+    pub(crate) fn new(
+        new: &'a NewOperation<'a>,
+        payload: &'a serde_json::Value,
+        provider: &'a str,
+        money: Option<(Decimal, String)>,
+    ) -> Self {
+        let (amount, currency) = money.unzip();
+        Self {
+            new,
+            key: new.idempotency_key.as_str(),
+            kind: new.request.kind().as_str(),
+            hash: new.request.request_hash().as_str(),
+            payload,
+            provider,
+            amount,
+            currency,
+            actor: format!("intake:agent/{}", new.agent_id),
+        }
+    }
+
+    /// $1..$11, then `rest` from $12 on.
+    pub(crate) fn params_with<'b>(
+        &'b self,
+        rest: &[&'b (dyn ToSql + Sync)],
+    ) -> Vec<&'b (dyn ToSql + Sync)> {
+        let own: [&(dyn ToSql + Sync); 11] = [
+            &self.new.operation_id,
+            &self.new.agent_id,
+            &self.key,
+            &self.kind,
+            &self.provider,
+            &self.hash,
+            self.payload,
+            &self.new.trace_context,
+            &self.actor,
+            &self.amount,
+            &self.currency,
+        ];
+        let mut params = Vec::with_capacity(own.len() + rest.len());
+        params.extend_from_slice(&own);
+        params.extend_from_slice(rest);
+        params
+    }
+}
+
 /// Runs `REGISTER_OPERATION` for `new` on any client or transaction: the row, its
 /// outbox event and its audit event, or `None` when the key was already taken. The
 /// payload, provider, money and parent are the caller's (a refund resolves its own).
@@ -314,31 +375,15 @@ pub(crate) async fn insert_operation<C: deadpool_postgres::GenericClient>(
     parent_operation_id: Option<Uuid>,
     layout: Layout,
 ) -> Result<Option<Row>, StoreError> {
-    let actor = format!("intake:agent/{}", new.agent_id);
-    let (amount, currency) = money.unzip();
-    let kind = new.request.kind().as_str();
-    let key = new.idempotency_key.as_str();
-    let hash = new.request.request_hash().as_str();
+    let values = RowValues::new(new, payload, provider, money);
     let expires_in = new.awaiting_approval_for.map(crate::execution::millis);
-    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
-        &new.operation_id,
-        &new.agent_id,
-        &key,
-        &kind,
-        &provider,
-        &hash,
-        payload,
-        &new.trace_context,
-        &actor,
-        &amount,
-        &currency,
-        &parent_operation_id,
-    ];
+    let parent: [&(dyn ToSql + Sync); 1] = [&parent_operation_id];
+    let mut params = values.params_with(&parent);
     if let Some(millis) = &expires_in {
         params.push(millis);
     }
     if layout == Layout::Distributed {
-        return insert_operation_on_one_node(client, new, &params, &actor).await;
+        return insert_operation_on_one_node(client, new, &params, &values.actor).await;
     }
     let statement = match expires_in {
         Some(_) => REGISTER_AWAITING_APPROVAL,

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::error::StoreError;
 use crate::operations::{
     insert_operation, insert_operation_row, operation_columns, operation_from_row,
-    registered_events, Layout, NewOperation, OperationRecord, Registration,
+    registered_events, Layout, NewOperation, OperationRecord, Registration, RowValues,
     FIND_BY_IDEMPOTENCY_KEY,
 };
 use crate::pool::Store;
@@ -139,27 +139,12 @@ impl Store {
             }
             Decision::Write(write) => write,
         };
-        let actor = format!("intake:agent/{}", refund.agent_id);
-        let key = refund.idempotency_key.as_str();
-        let (kind, hash) = (
-            refund.request.kind().as_str(),
-            refund.request.request_hash().as_str(),
-        );
+        let new = write.new_operation(refund);
+        let money = Some((write.amount, write.currency.clone()));
+        let values = RowValues::new(&new, &write.payload, &write.provider, money);
         // `insert_operation`'s parameters, $1..$12.
-        let params: [&(dyn ToSql + Sync); 12] = [
-            &refund.operation_id,
-            &refund.agent_id,
-            &key,
-            &kind,
-            &write.provider,
-            &hash,
-            &write.payload,
-            &refund.trace_context,
-            &actor,
-            &write.amount,
-            &write.currency,
-            &refund.payment_operation_id,
-        ];
+        let parent: [&(dyn ToSql + Sync); 1] = [&refund.payment_operation_id];
+        let params = values.params_with(&parent);
         let (inserted, commit) = tokio::join!(
             client.query_opt(&register, &params),
             client.batch_execute("COMMIT"),
