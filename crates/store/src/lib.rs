@@ -52,6 +52,6 @@ pub use outbox_rotation::OutboxRotation;
 pub use pool::{PoolSettings, Store, DEFAULT_KEEPALIVE_IDLE, DEFAULT_STATEMENT_TIMEOUT};
 pub use reconciliation::ClaimedReconciliation;
 pub use refunds::{NewRefund, RefundRegistration};
-pub use registration_batch::{AgentCheck, BatchAnswer, PendingRegistration};
+pub use registration_batch::{AgentCheck, BatchAnswer, PendingRegistration, REGISTER_BATCH};
 pub use stats::TableCounts;
 pub use tuning::DbTuning;

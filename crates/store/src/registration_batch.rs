@@ -90,11 +90,30 @@ impl PendingRegistration {
     }
 }
 
-const REGISTER_BATCH: &str = concat!(
-    "WITH input AS (
-        SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
-                             $6::text[], $7::jsonb[], $8::text[], $9::numeric[], $10::text[],
-                             $11::text[], $12::bigint[])
+/// The arrays are read through a materialized CTE so that the planner cannot see how
+/// long they are. If it could (a custom plan replaces the parameters with constants), a
+/// custom plan for a batch of one or two rows would always look cheaper than the generic plan,
+/// which assumes ten. PostgreSQL would then plan the statement again on every
+/// execution: 0.5-0.6 ms of planning against 0.4 ms of executing, per batch. With the
+/// length hidden, both plans cost the same, so after its first five executions
+/// PostgreSQL keeps the generic plan. `LIMIT 1` keeps the lookup of existing
+/// operations a per-row probe of the unique index. Without it the generic plan may
+/// become a hash join over a sequential scan of `operations`, if that plan was made
+/// while the table was small.
+pub const REGISTER_BATCH: &str = concat!(
+    "WITH arrays AS MATERIALIZED (
+        SELECT $1::uuid[] AS operation_id, $2::text[] AS agent_id, $3::text[] AS idempotency_key,
+               $4::text[] AS operation_type, $5::text[] AS provider, $6::text[] AS request_hash,
+               $7::jsonb[] AS request_payload, $8::text[] AS trace_context,
+               $9::numeric[] AS amount, $10::text[] AS currency, $11::text[] AS key_id,
+               $12::bigint[] AS agent_row_version
+    ), input AS (
+        SELECT t.* FROM arrays, unnest(arrays.operation_id, arrays.agent_id,
+                                       arrays.idempotency_key, arrays.operation_type,
+                                       arrays.provider, arrays.request_hash,
+                                       arrays.request_payload, arrays.trace_context,
+                                       arrays.amount, arrays.currency, arrays.key_id,
+                                       arrays.agent_row_version)
             AS t(operation_id, agent_id, idempotency_key, operation_type, provider,
                  request_hash, request_payload, trace_context, amount, currency,
                  key_id, agent_row_version)
@@ -136,6 +155,7 @@ const REGISTER_BATCH: &str = concat!(
     operation_columns!(),
     " FROM operations
         WHERE agent_id = confirmed.agent_id AND idempotency_key = confirmed.idempotency_key
+        LIMIT 1
     ) existing"
 );
 
