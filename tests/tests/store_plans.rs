@@ -4,10 +4,14 @@
 //! read all of the agent's operations. Checked with the generic plan a prepared
 //! statement ends up with, on a fresh database and after rows arrive unanalyzed.
 //! The group commit's statement likewise: it must keep one plan at all, and that plan
-//! must probe the same index.
+//! must probe the same index, also when it was made right after an ANALYZE of a small
+//! table (intake's connections refuse sequential scans for that).
 
-use opgate_e2e::db::register_payment;
+use std::time::Duration;
+
+use opgate_e2e::db::{new_operation, payment_request, register_payment};
 use opgate_e2e::TestDb;
+use opgate_store::{PendingRegistration, PoolSettings, Store};
 
 async fn key_lookup_plan(url: &str) -> String {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -147,4 +151,88 @@ async fn the_group_commit_statement_is_planned_once_and_probes_the_key_index() {
         );
         assert!(!plan.contains("Seq Scan on operations"), "{plan}");
     }
+}
+
+/// One batch of one registration through `store` (intake's group commit).
+async fn register_one(store: &Store, agent: &str, key: &str) {
+    let request = payment_request(key, "1.00");
+    let key = opgate_domain::IdempotencyKey::parse(key).unwrap();
+    let pending = PendingRegistration::from_new(&new_operation(agent, &key, &request));
+    store.register_batch(&[pending]).await.unwrap();
+}
+
+/// `operations`' sequential and index scans so far, once the cumulative statistics
+/// show at least `inserted` rows inserted and `scans` scans of either kind. A backend
+/// reports its counts when it goes idle, at most once a second (else ten seconds
+/// later): so each store answers one more statement after a second's pause.
+async fn scans_of_operations(
+    sql: &tokio_postgres::Client,
+    stores: &[&Store],
+    inserted: i64,
+    scans: i64,
+) -> (i64, i64) {
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    for store in stores {
+        store.ping().await.unwrap();
+    }
+    for _ in 0..150 {
+        let row = sql
+            .query_one(
+                "SELECT pg_stat_clear_snapshot()::text, seq_scan, coalesce(idx_scan, 0), n_tup_ins
+                 FROM pg_stat_user_tables WHERE relname = 'operations'",
+                &[],
+            )
+            .await
+            .unwrap();
+        let (counted, rows): ((i64, i64), i64) = ((row.get(1), row.get(2)), row.get(3));
+        if rows >= inserted && counted.0 + counted.1 >= scans {
+            return counted;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the statistics never showed {inserted} inserts and {scans} scans");
+}
+
+/// A new deployment: `operations` is analyzed while it holds a handful of rows, intake's
+/// connection settles on its generic plan then, and the table grows before the next
+/// ANALYZE. Each registration still finds its key through the index, not by scanning
+/// the table it no longer fits.
+#[tokio::test]
+async fn intake_keeps_probing_the_key_index_after_an_analyze_of_a_small_table() {
+    let db = TestDb::create().await;
+    db.create_agent("agent-small", &[]);
+    let sql = db.sql().await;
+    for i in 0..5 {
+        register_payment(&db.store, "agent-small", &format!("first-{i}"), "1.00").await;
+    }
+    sql.batch_execute("ANALYZE operations").await.unwrap();
+    // intake's settings, on one connection so that every batch shares its plans.
+    let intake = Store::connect(
+        &db.url,
+        &PoolSettings {
+            max_connections: 1,
+            avoid_sequential_scans: true,
+            ..PoolSettings::default()
+        },
+    )
+    .unwrap();
+    for i in 0..8 {
+        register_one(&intake, "agent-small", &format!("settle-{i}")).await;
+    }
+    for i in 0..500 {
+        register_payment(&db.store, "agent-small", &format!("grown-{i}"), "1.00").await;
+    }
+    let before = scans_of_operations(&sql, &[&db.store, &intake], 5 + 8 + 500, 0).await;
+    // Ten replays (the key's lookup) and ten new operations (the lookup, and the
+    // foreign-key checks of their outbox and audit rows).
+    for i in 0..10 {
+        register_one(&intake, "agent-small", &format!("grown-{i}")).await;
+        register_one(&intake, "agent-small", &format!("new-{i}")).await;
+    }
+    let after =
+        scans_of_operations(&sql, &[&intake], 5 + 8 + 500 + 10, before.0 + before.1 + 40).await;
+    assert_eq!(
+        after.0, before.0,
+        "sequential scans of operations: {before:?} -> {after:?}"
+    );
 }

@@ -105,6 +105,8 @@ impl Config {
         self.db.apply(PoolSettings {
             max_connections: self.db_connections.max(1),
             acquire_timeout: self.db_timeout.max(Duration::from_millis(100)),
+            // Every statement intake runs finds its rows by key.
+            avoid_sequential_scans: true,
             ..PoolSettings::default()
         })
     }
