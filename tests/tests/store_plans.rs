@@ -161,11 +161,13 @@ async fn register_one(store: &Store, agent: &str, key: &str) {
     store.register_batch(&[pending]).await.unwrap();
 }
 
-/// `operations`' sequential and index scans so far, once the cumulative statistics
-/// show at least `inserted` rows inserted and `scans` scans of either kind. A backend
+/// The sequential and index scans so far of `table` (and its partitions), once the
+/// cumulative statistics show at least `inserted` rows inserted and `scans` scans of
+/// either kind. A backend
 /// reports its counts when it goes idle, at most once a second (else ten seconds
 /// later): so each store answers one more statement after a second's pause.
-async fn scans_of_operations(
+async fn scans_of(
+    table: &str,
     sql: &tokio_postgres::Client,
     stores: &[&Store],
     inserted: i64,
@@ -178,9 +180,10 @@ async fn scans_of_operations(
     for _ in 0..150 {
         let row = sql
             .query_one(
-                "SELECT pg_stat_clear_snapshot()::text, seq_scan, coalesce(idx_scan, 0), n_tup_ins
-                 FROM pg_stat_user_tables WHERE relname = 'operations'",
-                &[],
+                "SELECT pg_stat_clear_snapshot()::text, sum(seq_scan)::bigint,
+                        sum(coalesce(idx_scan, 0))::bigint, sum(n_tup_ins)::bigint
+                 FROM pg_stat_user_tables WHERE relname = $1 OR relname LIKE $1 || '\\_s%'",
+                &[&table],
             )
             .await
             .unwrap();
@@ -191,6 +194,17 @@ async fn scans_of_operations(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("the statistics never showed {inserted} inserts and {scans} scans");
+}
+
+/// A store as intake and the executor connect (`avoid_sequential_scans`), on one
+/// connection so that every statement shares its plans.
+fn one_connection_refusing_sequential_scans(url: &str) -> Store {
+    let settings = PoolSettings {
+        max_connections: 1,
+        avoid_sequential_scans: true,
+        ..PoolSettings::default()
+    };
+    Store::connect(url, &settings).unwrap()
 }
 
 /// A new deployment: `operations` is analyzed while it holds a handful of rows, intake's
@@ -206,33 +220,68 @@ async fn intake_keeps_probing_the_key_index_after_an_analyze_of_a_small_table() 
         register_payment(&db.store, "agent-small", &format!("first-{i}"), "1.00").await;
     }
     sql.batch_execute("ANALYZE operations").await.unwrap();
-    // intake's settings, on one connection so that every batch shares its plans.
-    let intake = Store::connect(
-        &db.url,
-        &PoolSettings {
-            max_connections: 1,
-            avoid_sequential_scans: true,
-            ..PoolSettings::default()
-        },
-    )
-    .unwrap();
+    let intake = one_connection_refusing_sequential_scans(&db.url);
     for i in 0..8 {
         register_one(&intake, "agent-small", &format!("settle-{i}")).await;
     }
     for i in 0..500 {
         register_payment(&db.store, "agent-small", &format!("grown-{i}"), "1.00").await;
     }
-    let before = scans_of_operations(&sql, &[&db.store, &intake], 5 + 8 + 500, 0).await;
+    let before = scans_of("operations", &sql, &[&db.store, &intake], 5 + 8 + 500, 0).await;
     // Ten replays (the key's lookup) and ten new operations (the lookup, and the
     // foreign-key checks of their outbox and audit rows).
     for i in 0..10 {
         register_one(&intake, "agent-small", &format!("grown-{i}")).await;
         register_one(&intake, "agent-small", &format!("new-{i}")).await;
     }
-    let after =
-        scans_of_operations(&sql, &[&intake], 5 + 8 + 500 + 10, before.0 + before.1 + 40).await;
+    let after = scans_of(
+        "operations",
+        &sql,
+        &[&intake],
+        5 + 8 + 500 + 10,
+        before.0 + before.1 + 40,
+    )
+    .await;
     assert_eq!(
         after.0, before.0,
         "sequential scans of operations: {before:?} -> {after:?}"
+    );
+}
+
+/// The executor's claim likewise: its plan made while the outbox was empty and
+/// analyzed still walks the due index once thousands of events are queued, instead of
+/// reading and sorting the whole outbox on every claim.
+#[tokio::test]
+async fn the_executor_claims_through_the_due_index_after_an_analyze_of_an_empty_outbox() {
+    let db = TestDb::create().await;
+    db.create_agent("agent-claims", &[]);
+    let sql = db.sql().await;
+    sql.batch_execute("ANALYZE outbox").await.unwrap();
+    let executor = one_connection_refusing_sequential_scans(&db.url);
+    let lease = Duration::from_secs(30);
+    for _ in 0..8 {
+        let claimed = executor
+            .claim_due_operations("plans", lease, 4)
+            .await
+            .unwrap();
+        assert!(claimed.is_empty());
+    }
+    for i in 0..500 {
+        register_payment(&db.store, "agent-claims", &format!("queued-{i}"), "1.00").await;
+    }
+    let before = scans_of("outbox", &sql, &[&db.store, &executor], 500, 0).await;
+    let mut claimed = 0;
+    for _ in 0..10 {
+        claimed += executor
+            .claim_due_operations("plans", lease, 4)
+            .await
+            .unwrap()
+            .len();
+    }
+    assert_eq!(claimed, 40);
+    let after = scans_of("outbox", &sql, &[&executor], 500, before.0 + before.1 + 10).await;
+    assert_eq!(
+        after.0, before.0,
+        "sequential scans of the outbox: {before:?} -> {after:?}"
     );
 }

@@ -23,6 +23,8 @@ async fn main() -> anyhow::Result<()> {
         // used about 10 (docs/benchmarks.md), so the pool stays well inside the
         // server's default max_connections (100) however high --concurrency goes.
         max_connections: (config.concurrency + 4).min(MAX_POOL),
+        // Every statement it runs finds its rows through an index (see `PoolSettings`).
+        avoid_sequential_scans: true,
         ..PoolSettings::default()
     });
     let store =

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::error::StoreError;
-use crate::pool::Store;
+use crate::pool::{reading_whole_tables, Store};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperationEvent {
@@ -70,9 +70,11 @@ impl Store {
     /// Cheap enough to run every few seconds at any table size (partial index).
     #[tracing::instrument(level = "debug", name = "SELECT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "operations"))]
     pub async fn pipeline_counts(&self) -> Result<PipelineCounts, StoreError> {
-        let client = self.client().await?;
-        let rows = client.query(COUNT_UNSETTLED, &[]).await?;
-        let backlog = client.query_one(OUTBOX_BACKLOG, &[]).await?;
+        let mut client = self.client().await?;
+        let reading = reading_whole_tables(&mut client).await?;
+        let rows = reading.query(COUNT_UNSETTLED, &[]).await?;
+        let backlog = reading.query_one(OUTBOX_BACKLOG, &[]).await?;
+        reading.commit().await?;
         Ok(PipelineCounts {
             unsettled_by_status: rows.iter().map(|row| (row.get(0), row.get(1))).collect(),
             outbox_depth: backlog.get(0),
@@ -83,8 +85,10 @@ impl Store {
     /// Number of operations in each status (statuses with none are absent). Scans
     /// the table: for operators and tests, not for periodic use.
     pub async fn count_by_status(&self) -> Result<BTreeMap<String, i64>, StoreError> {
-        let client = self.client().await?;
-        let rows = client.query(COUNT_BY_STATUS, &[]).await?;
+        let mut client = self.client().await?;
+        let reading = reading_whole_tables(&mut client).await?;
+        let rows = reading.query(COUNT_BY_STATUS, &[]).await?;
+        reading.commit().await?;
         Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
     }
 }

@@ -173,7 +173,10 @@ mod tests {
         assert!(!replay.contains('$'));
         let drain = claim_and_complete(32);
         assert!(drain.contains("FOR UPDATE OF o, op SKIP LOCKED") && drain.contains("\\gset"));
-        assert!(drain.contains("LIMIT 32") && drain.contains("array_agg(operation_id)"));
+        assert!(
+            drain.contains("LIMIT (SELECT 32::bigint)")
+                && drain.contains("array_agg(operation_id)")
+        );
         assert!(!drain.contains('$') && !drain.contains("--"), "{drain}");
         let dashed = register_new_operation("team--a");
         assert!(

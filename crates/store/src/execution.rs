@@ -70,7 +70,12 @@ WITH due AS (
     -- with 15,000 queued) instead of walking the due index for the first few. The
     -- update of the operation checks the status it read here.
     ORDER BY o.available_at, o.event_id
-    LIMIT $3
+    -- A subquery, so that no plan knows the batch size: a custom plan that did would
+    -- always look cheaper than the generic one, and PostgreSQL would plan every claim
+    -- again (1 ms of planning per claim). The executor's connections refuse sequential
+    -- scans, so the plan it keeps walks the due index whatever the outbox held when it
+    -- was made.
+    LIMIT (SELECT $3::bigint)
     -- Both rows, skipping any a worker is writing: every other writer locks the
     -- operation first, so waiting on it here could deadlock.
     FOR UPDATE OF o, op SKIP LOCKED
@@ -112,9 +117,10 @@ WITH due AS (
 SELECT * FROM claimed";
 
 /// `CLAIM_DUE` starting at a `ClaimCursor` (`$4`, `$5`): the row comparison is a
-/// condition on the due index, so the scan starts there.
+/// condition on the due index, so the scan starts there. Its values come through
+/// subqueries for the reason the batch size does.
 static CLAIM_DUE_FROM: LazyLock<String> = LazyLock::new(|| {
-    let from = "WHERE o.available_at <= now()\n      AND (o.available_at, o.event_id) >= ($4, $5)";
+    let from = "WHERE o.available_at <= now()\n      AND (o.available_at, o.event_id) >= ((SELECT $4::timestamptz), (SELECT $5::bigint))";
     let claim = CLAIM_DUE.replacen("WHERE o.available_at <= now()", from, 1);
     assert_ne!(
         claim, CLAIM_DUE,

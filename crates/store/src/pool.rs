@@ -124,6 +124,19 @@ impl Store {
     }
 }
 
+/// A transaction for statements that read a whole table on purpose (a gauge, a
+/// count): sequential scans are allowed again in it, whatever
+/// `PoolSettings::avoid_sequential_scans` says.
+pub(crate) async fn reading_whole_tables(
+    client: &mut deadpool_postgres::Object,
+) -> Result<deadpool_postgres::Transaction<'_>, StoreError> {
+    let transaction = client.transaction().await?;
+    transaction
+        .batch_execute("SET LOCAL enable_seqscan = on")
+        .await?;
+    Ok(transaction)
+}
+
 /// Runs a multi-row statement once more if PostgreSQL chose it as a deadlock victim:
 /// it was rolled back whole, so rerunning is safe. Batches sort their rows into one
 /// lock order, which makes this rare (a single-row writer can still interleave).

@@ -2,7 +2,7 @@
 //! refused request wrote nothing.
 
 use crate::error::StoreError;
-use crate::pool::Store;
+use crate::pool::{reading_whole_tables, Store};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TableCounts {
@@ -19,8 +19,10 @@ const COUNT_ROWS: &str = "SELECT (SELECT count(*) FROM agents), \
 
 impl Store {
     pub async fn table_counts(&self) -> Result<TableCounts, StoreError> {
-        let client = self.client().await?;
-        let row = client.query_one(COUNT_ROWS, &[]).await?;
+        let mut client = self.client().await?;
+        let reading = reading_whole_tables(&mut client).await?;
+        let row = reading.query_one(COUNT_ROWS, &[]).await?;
+        reading.commit().await?;
         Ok(TableCounts {
             agents: row.get(0),
             operations: row.get(1),
