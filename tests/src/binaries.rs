@@ -353,6 +353,25 @@ impl Worker {
         .await
     }
 
+    /// An executor that polls the outbox every `poll` (the others: every 200 ms).
+    pub async fn start_polling_every(
+        poll: &str,
+        database_url: &str,
+        provider_url: &str,
+        extra_args: &[&str],
+    ) -> Self {
+        let poll = ["--poll-interval", poll];
+        Self::spawn(
+            "executor",
+            poll,
+            database_url,
+            provider_url,
+            extra_args,
+            &[],
+        )
+        .await
+    }
+
     /// Another build of the executor (the previous release's, say).
     pub async fn start_executor_program(
         program: &Path,

@@ -149,12 +149,21 @@ async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>)
                 }
             }
         };
-        // Only an empty claim means the outbox is drained: a short one may have skipped
-        // rows other claims held, or met the end of a batch, and waiting for the poll
-        // interval then would leave due events waiting too.
+        // A full claim may have left more due: a sleeping loop is woken to claim beside
+        // this one. A short claim of the whole outbox took every event it could lock,
+        // so the outbox is drained for now (an event it skipped is another claim's, or
+        // being written, and comes round at the next notification or poll). After any
+        // other short claim (from the frontier, or of one agent on Citus) this loop
+        // alone claims again, until a claim of everything comes back empty: waking
+        // another loop for it made some ten claims of every lone operation.
+        let full = claimed.len() == wanted;
+        let drained = if dispatch.claims_whole_outbox(from).await {
+            !full
+        } else {
+            claimed.is_empty() && from.is_none()
+        };
         let furthest = claimed.iter().map(|op| op.position).max();
         dispatch.frontier.lock().unwrap().claimed(furthest);
-        let drained = claimed.is_empty() && from.is_none();
         for (op, slot) in claimed.into_iter().zip(slots.drain(..)) {
             dispatch.start(op, slot);
         }
@@ -165,8 +174,7 @@ async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>)
                 _ = tokio::time::sleep(config.poll_interval) => {}
                 _ = stopped.changed() => return,
             }
-        } else {
-            // More is due: a sleeping loop can claim beside this one.
+        } else if full {
             dispatch.wake.notify_one();
         }
     }
@@ -236,6 +244,12 @@ impl Dispatch {
                     .await
             }
         }
+    }
+
+    /// Whether a claim from `from` reads the whole outbox: from the beginning, and not
+    /// one agent's events (Citus).
+    async fn claims_whole_outbox(&self, from: Option<ClaimCursor>) -> bool {
+        from.is_none() && matches!(self.store.is_distributed().await, Ok(false))
     }
 
     fn start(&self, op: ClaimedOperation, slot: OwnedSemaphorePermit) {
