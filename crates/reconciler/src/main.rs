@@ -17,6 +17,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let pool = config.db.apply(PoolSettings {
         max_connections: config.concurrency + 2,
+        // Every statement it runs finds its rows through an index (see `PoolSettings`).
+        avoid_sequential_scans: true,
         ..PoolSettings::default()
     });
     let store =
