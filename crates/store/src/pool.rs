@@ -24,11 +24,13 @@ pub struct PoolSettings {
     /// within about twice this instead of hanging until the kernel gives up (hours).
     pub keepalive_idle: Duration,
     /// The planner may not choose a sequential scan where an index serves
-    /// (`enable_seqscan = off` on every connection). For a service whose every
-    /// statement reads or writes a few rows by key (intake): PostgreSQL keeps the generic
-    /// plan of a prepared statement, and one made while a table was small and freshly
-    /// analyzed scans the whole table, on that connection, until the next ANALYZE. At
-    /// thousands of new operations a second that was a minute of 150-400 ms batches.
+    /// (`enable_seqscan = off` on every connection). For services whose statements
+    /// find their rows by key or through an index (intake, the executor, the
+    /// reconciler): PostgreSQL keeps the generic plan of a prepared statement, and one
+    /// made while a table was small and freshly analyzed scans the whole table, on that
+    /// connection, until the next ANALYZE. At thousands of new operations a second
+    /// that made every batch of one committer take 150-400 ms. Statements that read a
+    /// whole table on purpose run in `reading_whole_tables`.
     pub avoid_sequential_scans: bool,
 }
 

@@ -91,15 +91,16 @@ impl PendingRegistration {
 }
 
 /// The arrays are read through a materialized CTE so that the planner cannot see how
-/// long they are. If it could (a custom plan replaces the parameters with constants), a
-/// custom plan for a batch of one or two rows would always look cheaper than the generic plan,
-/// which assumes ten. PostgreSQL would then plan the statement again on every
-/// execution: 0.5-0.6 ms of planning against 0.4 ms of executing, per batch. With the
-/// length hidden, both plans cost the same, so after its first five executions
-/// PostgreSQL keeps the generic plan. `LIMIT 1` keeps the lookup of existing
-/// operations a per-row probe of the unique index. Without it the generic plan may
-/// become a hash join over a sequential scan of `operations`, if that plan was made
-/// while the table was small.
+/// long they are. If it could (a custom plan replaces the parameters with constants),
+/// a custom plan for a batch of one or two rows would always look cheaper than the
+/// generic plan, which assumes ten. PostgreSQL would then plan the statement again on
+/// every execution: 0.5-0.6 ms of planning against 0.4 ms of executing, per batch.
+/// With the length hidden, both plans cost the same, so after its first five
+/// executions PostgreSQL keeps the generic plan. `LIMIT 1` keeps the lookup of
+/// existing operations a per-row probe of the unique index. Without it the generic
+/// plan may become a hash join over a sequential scan of `operations`, if that plan
+/// was made while the table was small. (`docs/architecture.md`, "The plans PostgreSQL
+/// keeps".)
 pub const REGISTER_BATCH: &str = concat!(
     "WITH arrays AS MATERIALIZED (
         SELECT $1::uuid[] AS operation_id, $2::text[] AS agent_id, $3::text[] AS idempotency_key,
