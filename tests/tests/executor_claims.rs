@@ -1,4 +1,4 @@
-//! A lone operation is claimed in a claim or two, not by every claim loop in turn: each
+//! A lone operation takes a few claims, not one from every claim loop in turn: each
 //! empty claim is a round trip to the database on the same cores as the work it waits
 //! for (`Prefer: wait` measured 10 % faster once they stopped).
 
@@ -10,7 +10,7 @@ use opgate_e2e::{Executor, Stack};
 const CLAIMS: &str = "opgate_claim_duration_seconds_count";
 
 #[tokio::test]
-async fn a_lone_operation_costs_a_claim_or_two_not_one_per_claim_loop() {
+async fn a_lone_operation_costs_a_few_claims_not_one_per_claim_loop() {
     let stack = Stack::start(&[]).await;
     // Polls would add empty claims of their own: only notifications start claims here.
     let executor = Executor::start_polling_every(

@@ -126,9 +126,9 @@ async fn run_batches_of_one(url: &str, agent: &str, times: usize) -> (i64, i64, 
     (plans.get(0), plans.get(1), plan)
 }
 
-/// Group commit answers a batch of one as fast as the single registration only if
-/// PostgreSQL keeps one plan for its statement: planning it again for each batch cost
-/// more than running it (0.5-0.6 ms against 0.4). And the plan it keeps must find a
+/// A batch of one costs about what the single registration does only if PostgreSQL
+/// keeps one plan for the statement: planning it again for each batch cost more than
+/// running it (0.5-0.6 ms against 0.4). And the plan it keeps must find a
 /// key's existing operation through the unique index even though it was made while
 /// `operations` was nearly empty, as on a new deployment.
 #[tokio::test]
@@ -163,9 +163,9 @@ async fn register_one(store: &Store, agent: &str, key: &str) {
 
 /// The sequential and index scans so far of `table` (and its partitions), once the
 /// cumulative statistics show at least `inserted` rows inserted and `scans` scans of
-/// either kind. A backend
-/// reports its counts when it goes idle, at most once a second (else ten seconds
-/// later): so each store answers one more statement after a second's pause.
+/// either kind. A backend reports its counts when it goes idle, at most once a second
+/// (else ten seconds later): so each store answers one more statement after a
+/// second's pause.
 async fn scans_of(
     table: &str,
     sql: &tokio_postgres::Client,
