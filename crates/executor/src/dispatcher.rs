@@ -154,8 +154,8 @@ async fn claim_loop(dispatch: Arc<Dispatch>, mut stopped: watch::Receiver<bool>)
         // so the outbox is drained for now (an event it skipped is another claim's, or
         // being written, and comes round at the next notification or poll). After any
         // other short claim (from the frontier, or of one agent on Citus) this loop
-        // alone claims again, until a claim of everything comes back empty: waking
-        // another loop for it made some ten claims of every lone operation.
+        // alone claims again, until a claim of the whole outbox comes back short: waking
+        // another loop for it made about twenty claims of every lone operation.
         let full = claimed.len() == wanted;
         let drained = if dispatch.claims_whole_outbox(from).await {
             !full
