@@ -38,7 +38,9 @@ pub struct Config {
     #[arg(long)]
     pub migrate: bool,
 
-    /// Maximum database connections held by this process.
+    /// Database connections for reads and for the writes that are not group-committed
+    /// (budgets, approvals). The committers hold theirs apart
+    /// (`--group-commit-committers`).
     #[arg(long, env = "INTAKE_DB_CONNECTIONS", default_value_t = 16)]
     pub db_connections: usize,
 
@@ -62,11 +64,13 @@ pub struct Config {
     #[arg(long, env = "INTAKE_GROUP_COMMIT_MAX_BATCH", default_value_t = 64)]
     pub group_commit_max_batch: usize,
 
-    /// Group-commit transactions in flight at once (each holds a connection).
+    /// Group-commit transactions in flight at once in each HTTP worker; each committer
+    /// holds a connection of its own, so intake holds up to `--db-connections` plus
+    /// workers x committers.
     #[arg(long, env = "INTAKE_GROUP_COMMIT_COMMITTERS", default_value_t = 4)]
     pub group_commit_committers: usize,
 
-    /// HTTP worker threads (default: one per core).
+    /// HTTP worker threads (default: one per core the process may use).
     #[arg(long, env = "INTAKE_WORKERS")]
     pub workers: Option<usize>,
 
@@ -93,12 +97,23 @@ pub struct Config {
 }
 
 impl Config {
-    /// The group-commit settings, or `None` when it is off.
-    pub fn group_commit(&self) -> Option<(usize, usize)> {
-        self.group_commit.then_some((
-            self.group_commit_committers.max(1),
-            self.group_commit_max_batch.max(1),
-        ))
+    /// The pool of each HTTP worker's committers (one connection per committer) and
+    /// the batch limit, or `None` when group commit is off.
+    pub fn committer_pool(&self) -> Option<(PoolSettings, usize)> {
+        self.group_commit.then(|| {
+            let pool = PoolSettings {
+                max_connections: self.group_commit_committers.max(1),
+                ..self.pool_settings()
+            };
+            (pool, self.group_commit_max_batch.max(1))
+        })
+    }
+
+    /// The HTTP worker threads: `--workers`, or one per core this process may use.
+    pub fn http_workers(&self) -> usize {
+        self.workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
     }
 
     pub fn pool_settings(&self) -> PoolSettings {

@@ -107,13 +107,10 @@ pub fn serve(
     config: &Config,
     listener: TcpListener,
 ) -> std::io::Result<Server> {
-    let (database_url, workers) = (config.database_url.as_str(), config.workers);
-    let state = web::Data::new(AppState {
-        batcher: config.group_commit().map(|(committers, max_batch)| {
-            group_commit::spawn(store.clone(), committers, max_batch)
-        }),
+    let shared = Arc::new(AppState {
+        batcher: None,
         executor_waker: wakeups::ExecutorWaker::spawn(store.clone()),
-        settled: wakeups::SettledOperations::spawn(database_url.to_owned()),
+        settled: wakeups::SettledOperations::spawn(config.database_url.clone()),
         store,
         catalog,
         payment_provider: config.payment_provider.clone(),
@@ -121,18 +118,44 @@ pub fn serve(
         approval_timeout: config.approval_timeout,
         limiters: rate_limits::AgentLimiters::default(),
     });
-    let mut server = HttpServer::new(move || {
+    let committers = config.committer_pool();
+    let database_url = config.database_url.clone();
+    let server = HttpServer::new(move || {
+        // The factory runs on each HTTP worker's own thread. The worker's committers,
+        // and their connections' I/O, run there too: a registration is answered
+        // without waiting for another thread to be scheduled.
+        let batcher = committers.as_ref().map(|(pool, max_batch)| {
+            let store =
+                Store::connect(&database_url, pool).unwrap_or_else(|_| shared.store.clone());
+            group_commit::spawn(store, pool.max_connections, *max_batch)
+        });
+        let state = web::Data::new(shared.for_worker(batcher));
         App::new()
             .wrap(actix_web::middleware::from_fn(http_span::trace_request))
             .app_data(state.clone())
-            .service(mcp::service(state.clone()))
+            .service(mcp::service(state))
             .configure(configure)
     })
-    .listen(listener)?;
-    if let Some(workers) = workers {
-        server = server.workers(workers.max(1));
-    }
+    .listen(listener)?
+    .workers(config.http_workers());
     Ok(server.run())
+}
+
+impl AppState {
+    /// This state for one HTTP worker, with that worker's own group commit.
+    fn for_worker(&self, batcher: Option<group_commit::RegistrationBatcher>) -> Self {
+        Self {
+            batcher,
+            store: self.store.clone(),
+            catalog: self.catalog.clone(),
+            payment_provider: self.payment_provider.clone(),
+            body_timeout: self.body_timeout,
+            approval_timeout: self.approval_timeout,
+            limiters: self.limiters.clone(),
+            executor_waker: self.executor_waker.clone(),
+            settled: self.settled.clone(),
+        }
+    }
 }
 
 #[cfg(test)]
