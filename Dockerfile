@@ -25,6 +25,12 @@ RUN sh deploy/docker/skeleton.sh /src /skeleton
 # ---------------------------------------------------------------------------------
 FROM rust:1.95-slim-trixie AS builder
 WORKDIR /src
+# make, for jemalloc's build (intake's allocator). Debian's current make, unpinned: the
+# builder's tools do not reach the runtime image.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make \
+    && rm -rf /var/lib/apt/lists/*
 ENV CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0
 COPY --from=skeleton /skeleton/ ./
 RUN cargo build --release --locked \

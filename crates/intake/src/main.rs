@@ -35,3 +35,10 @@ async fn main() -> anyhow::Result<()> {
     telemetry.shutdown();
     Ok(())
 }
+
+/// jemalloc rather than glibc's allocator: a request allocates and frees many small
+/// buffers across threads, and in alternated runs intake spent 13-16 % less CPU per
+/// request with it, at about the same peak RSS (mimalloc saved as much CPU but doubled
+/// the peak RSS).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
