@@ -125,8 +125,12 @@ pub fn serve(
         // and their connections' I/O, run there too: a registration is answered
         // without waiting for another thread to be scheduled.
         let batcher = committers.as_ref().map(|(pool, max_batch)| {
-            let store =
-                Store::connect(&database_url, pool).unwrap_or_else(|_| shared.store.clone());
+            // The URL and settings already made the shared pool, so this does not fail;
+            // if it did, the worker's committers would share that pool instead.
+            let store = Store::connect(&database_url, pool).unwrap_or_else(|error| {
+                tracing::warn!(%error, "the committers share the reads' pool");
+                shared.store.clone()
+            });
             group_commit::spawn(store, pool.max_connections, *max_batch)
         });
         let state = web::Data::new(shared.for_worker(batcher));
