@@ -29,6 +29,7 @@ use opgate_store::Store;
 
 pub use config::Config;
 
+#[derive(Clone)]
 pub struct AppState {
     pub store: Store,
     /// The declared kinds, beside the built-in ones.
@@ -107,7 +108,8 @@ pub fn serve(
     config: &Config,
     listener: TcpListener,
 ) -> std::io::Result<Server> {
-    let shared = Arc::new(AppState {
+    // Everything but the group commit, which each worker makes for itself.
+    let shared = AppState {
         batcher: None,
         executor_waker: wakeups::ExecutorWaker::spawn(store.clone()),
         settled: wakeups::SettledOperations::spawn(config.database_url.clone()),
@@ -117,7 +119,7 @@ pub fn serve(
         body_timeout: config.body_timeout,
         approval_timeout: config.approval_timeout,
         limiters: rate_limits::AgentLimiters::default(),
-    });
+    };
     let committers = config.committer_pool();
     let database_url = config.database_url.clone();
     let server = HttpServer::new(move || {
@@ -133,7 +135,10 @@ pub fn serve(
             });
             group_commit::spawn(store, pool.max_connections, *max_batch)
         });
-        let state = web::Data::new(shared.for_worker(batcher));
+        let state = web::Data::new(AppState {
+            batcher,
+            ..AppState::clone(&shared)
+        });
         App::new()
             .wrap(actix_web::middleware::from_fn(http_span::trace_request))
             .app_data(state.clone())
@@ -143,23 +148,6 @@ pub fn serve(
     .listen(listener)?
     .workers(config.http_workers());
     Ok(server.run())
-}
-
-impl AppState {
-    /// This state for one HTTP worker, with that worker's own group commit.
-    fn for_worker(&self, batcher: Option<group_commit::RegistrationBatcher>) -> Self {
-        Self {
-            batcher,
-            store: self.store.clone(),
-            catalog: self.catalog.clone(),
-            payment_provider: self.payment_provider.clone(),
-            body_timeout: self.body_timeout,
-            approval_timeout: self.approval_timeout,
-            limiters: self.limiters.clone(),
-            executor_waker: self.executor_waker.clone(),
-            settled: self.settled.clone(),
-        }
-    }
 }
 
 #[cfg(test)]
