@@ -61,6 +61,7 @@ async fn migrate_citus_distributes_every_per_operation_table_by_agent_once() {
         "outbox_s3",
         "operation_events",
         "agent_spend",
+        "held_operations",
     ] {
         let (method, column, colocation) = &placed[table];
         assert_eq!(
@@ -110,6 +111,7 @@ async fn migrate_citus_distributes_every_per_operation_table_by_agent_once() {
         foreign_keys,
         [
             "agent_spend_agent_id_fkey",
+            "held_operations_operation_fkey",
             "operation_events_operation_fkey",
             "operations_agent_id_fkey",
             "outbox_operation_fkey"

@@ -13,17 +13,22 @@ use crate::pool::Store;
 
 const EXPIRE_APPROVALS: &str = "
 WITH due AS (
-    SELECT operation_id FROM operations
-    WHERE status = 'AWAITING_APPROVAL' AND approval_expires_at <= now()
-    ORDER BY approval_expires_at
+    -- Found through held_operations (V15), locked and checked again on operations.
+    SELECT op.operation_id, op.agent_id
+    FROM held_operations h
+    JOIN operations op ON op.operation_id = h.operation_id AND op.agent_id = h.agent_id
+    WHERE h.status = 'AWAITING_APPROVAL' AND h.due_at <= now()
+      AND op.status = 'AWAITING_APPROVAL' AND op.approval_expires_at <= now()
+    ORDER BY h.due_at NULLS FIRST
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF op SKIP LOCKED
 ), expired AS (
     UPDATE operations op
     SET status = 'FAILED', last_error = 'approval expired', approval_expires_at = NULL,
         updated_at = now()
     FROM due
-    WHERE op.operation_id = due.operation_id AND op.status = 'AWAITING_APPROVAL'
+    WHERE op.operation_id = due.operation_id AND op.agent_id = due.agent_id
+      AND op.status = 'AWAITING_APPROVAL'
     RETURNING op.operation_id, op.agent_id
 ), audit AS (
     INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason, fencing_token)
@@ -40,8 +45,8 @@ static EXPIRE_APPROVALS_OF_AGENT: LazyLock<String> = LazyLock::new(|| {
         &returning_audit_rows(EXPIRE_APPROVALS),
         &[
             (
-                "WHERE status = 'AWAITING_APPROVAL' AND approval_expires_at <= now()",
-                "WHERE agent_id = $3 AND status = 'AWAITING_APPROVAL' AND approval_expires_at <= now()",
+                "WHERE h.status = 'AWAITING_APPROVAL' AND",
+                "WHERE h.agent_id = $3 AND op.agent_id = $3 AND h.status = 'AWAITING_APPROVAL' AND",
             ),
             (
                 "WHERE op.operation_id = due.operation_id",
@@ -52,8 +57,8 @@ static EXPIRE_APPROVALS_OF_AGENT: LazyLock<String> = LazyLock::new(|| {
 });
 
 const EXPIRED_APPROVAL_AGENTS: &str = "
-SELECT DISTINCT agent_id FROM operations
-WHERE status = 'AWAITING_APPROVAL' AND approval_expires_at <= now()
+SELECT DISTINCT agent_id FROM held_operations
+WHERE status = 'AWAITING_APPROVAL' AND due_at <= now()
 LIMIT $1";
 
 impl Store {
@@ -77,5 +82,23 @@ impl Store {
         )
         .await?;
         Ok(rows.iter().map(|row| row.get("operation_id")).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EXPIRE_APPROVALS_OF_AGENT;
+
+    #[test]
+    fn the_per_agent_expiry_names_the_agent_on_both_tables() {
+        let of_agent = EXPIRE_APPROVALS_OF_AGENT.as_str();
+        assert!(
+            of_agent.contains("WHERE h.agent_id = $3 AND op.agent_id = $3"),
+            "{of_agent}"
+        );
+        assert!(
+            of_agent.contains("WHERE op.agent_id = $3 AND op.operation_id"),
+            "{of_agent}"
+        );
     }
 }

@@ -28,11 +28,15 @@ FROM operation_events WHERE operation_id = $1 ORDER BY event_id";
 
 const COUNT_BY_STATUS: &str = "SELECT status, count(*) FROM operations GROUP BY status";
 
-const COUNT_UNSETTLED: &str = "SELECT status, count(*) FROM operations \
-     WHERE status IN ('PENDING', 'IN_PROGRESS', 'UNKNOWN', 'RECONCILING', 'MANUAL_REVIEW') \
-     GROUP BY status";
+/// Operations waiting on the reconciler or an operator (V15 lists them apart).
+const COUNT_HELD: &str = "SELECT status, count(*) FROM held_operations \
+     WHERE status IN ('UNKNOWN', 'RECONCILING', 'MANUAL_REVIEW') GROUP BY status";
 
-const OUTBOX_BACKLOG: &str = "SELECT count(*), \
+/// PENDING and IN_PROGRESS operations are counted from the outbox: it holds one event
+/// for each of them and no other (every other transition deletes it in the statement
+/// that makes it), claimed exactly while the operation is IN_PROGRESS.
+const OUTBOX_BACKLOG: &str = "SELECT count(*) FILTER (WHERE claimed_by IS NULL), \
+     count(*) FILTER (WHERE claimed_by IS NOT NULL), \
      COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) FROM outbox";
 
 /// The pipeline as the health gauges show it.
@@ -67,18 +71,27 @@ impl Store {
             .collect())
     }
 
-    /// Cheap enough to run every few seconds at any table size (partial index).
+    /// Cheap enough to run every few seconds at any number of finished operations: it
+    /// reads the outbox and held_operations, not operations.
     #[tracing::instrument(level = "debug", name = "SELECT operations", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "operations"))]
     pub async fn pipeline_counts(&self) -> Result<PipelineCounts, StoreError> {
         let mut client = self.client().await?;
         let reading = reading_whole_tables(&mut client).await?;
-        let rows = reading.query(COUNT_UNSETTLED, &[]).await?;
+        let held = reading.query(COUNT_HELD, &[]).await?;
         let backlog = reading.query_one(OUTBOX_BACKLOG, &[]).await?;
         reading.commit().await?;
+        let (pending, in_progress): (i64, i64) = (backlog.get(0), backlog.get(1));
+        let mut unsettled_by_status: BTreeMap<String, i64> =
+            held.iter().map(|row| (row.get(0), row.get(1))).collect();
+        for (status, count) in [("PENDING", pending), ("IN_PROGRESS", in_progress)] {
+            if count > 0 {
+                unsettled_by_status.insert(status.to_owned(), count);
+            }
+        }
         Ok(PipelineCounts {
-            unsettled_by_status: rows.iter().map(|row| (row.get(0), row.get(1))).collect(),
-            outbox_depth: backlog.get(0),
-            outbox_oldest_age_seconds: backlog.get(1),
+            unsettled_by_status,
+            outbox_depth: pending + in_progress,
+            outbox_oldest_age_seconds: backlog.get(2),
         })
     }
 

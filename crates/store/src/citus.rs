@@ -24,7 +24,13 @@ use crate::pool::Store;
 const REFERENCE_TABLES: [&str; 2] = ["agents", "operators"];
 
 /// Distributed by `agent_id`, co-located with the first.
-const DISTRIBUTED_TABLES: [&str; 4] = ["operations", "outbox", "operation_events", "agent_spend"];
+const DISTRIBUTED_TABLES: [&str; 5] = [
+    "operations",
+    "outbox",
+    "operation_events",
+    "agent_spend",
+    "held_operations",
+];
 
 const DISTRIBUTION_COLUMN: &str = "agent_id";
 

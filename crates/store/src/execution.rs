@@ -99,8 +99,8 @@ WITH due AS (
         updated_at = now()
     FROM due d
     -- The status as `due` locked it, which no one else can change before this commits.
-    -- A condition on op.status instead lets the planner AND in the unsettled-status
-    -- index, which behind a held snapshot lists every operation it ever held.
+    -- No column this sets is in an index of operations (V15), so PostgreSQL writes the
+    -- new row version on the same page and no index entry (a HOT update).
     WHERE op.operation_id = ANY (ARRAY(SELECT operation_id FROM events))
       AND op.operation_id = d.operation_id AND d.previous_status IN ('PENDING', 'IN_PROGRESS')
     RETURNING op.operation_id, op.agent_id, op.operation_type, op.provider, op.fencing_token,

@@ -47,6 +47,32 @@ const LIST_OPERATIONS: &str = concat!(
      LIMIT $3"
 );
 
+/// `LIST_OPERATIONS` for a status that held_operations lists (V15): operators' usual
+/// question (what is in MANUAL_REVIEW, what awaits approval) reads those few rows, not
+/// every operation.
+const LIST_HELD_OPERATIONS: &str = concat!(
+    "SELECT ",
+    operation_columns!(),
+    " FROM operations
+     WHERE (operation_id, agent_id) IN (
+         SELECT operation_id, agent_id FROM held_operations
+         WHERE status = $1 AND ($2::text IS NULL OR agent_id = $2))
+       AND status = $1
+     ORDER BY created_at DESC, operation_id
+     LIMIT $3"
+);
+
+/// The statuses held_operations lists.
+fn is_held(status: OperationStatus) -> bool {
+    matches!(
+        status,
+        OperationStatus::AwaitingApproval
+            | OperationStatus::Unknown
+            | OperationStatus::Reconciling
+            | OperationStatus::ManualReview
+    )
+}
+
 const RESOLVE_FROM_REVIEW: &str = concat!(
     "WITH updated AS (
     UPDATE operations
@@ -146,9 +172,13 @@ impl Store {
         filter: &OperationFilter,
     ) -> Result<Vec<OperationRecord>, StoreError> {
         let client = self.client().await?;
+        let statement = match filter.status {
+            Some(status) if is_held(status) => LIST_HELD_OPERATIONS,
+            _ => LIST_OPERATIONS,
+        };
         let status = filter.status.map(|s| s.as_str());
         let rows = client
-            .query(LIST_OPERATIONS, &[&status, &filter.agent_id, &filter.limit])
+            .query(statement, &[&status, &filter.agent_id, &filter.limit])
             .await?;
         rows.iter().map(operation_from_row).collect()
     }

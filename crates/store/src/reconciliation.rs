@@ -44,18 +44,28 @@ pub struct ClaimedReconciliation {
 }
 
 const CLAIM_DUE_RECONCILIATIONS: &str = "
+-- Found through held_operations (V15), locked and checked again on operations: a row
+-- of operations changed since this statement's snapshot is read again once locked, and
+-- only the conditions on op hold for its new version.
 WITH due_unknown AS (
-    SELECT operation_id, status AS previous_status FROM operations
-    WHERE status = 'UNKNOWN' AND (next_attempt_at IS NULL OR next_attempt_at <= now())
-    ORDER BY next_attempt_at NULLS FIRST
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED
+    SELECT op.operation_id, op.agent_id, op.status AS previous_status
+    FROM held_operations h
+    JOIN operations op ON op.operation_id = h.operation_id AND op.agent_id = h.agent_id
+    WHERE h.status = 'UNKNOWN' AND (h.due_at IS NULL OR h.due_at <= now())
+      AND op.status = 'UNKNOWN' AND (op.next_attempt_at IS NULL OR op.next_attempt_at <= now())
+    ORDER BY h.due_at NULLS FIRST
+    -- A subquery, so that PostgreSQL can keep one plan for every batch size.
+    LIMIT (SELECT $3::bigint)
+    FOR UPDATE OF op SKIP LOCKED
 ), due_abandoned AS (
-    SELECT operation_id, status AS previous_status FROM operations
-    WHERE status = 'RECONCILING' AND lease_expires_at < now()
-    ORDER BY lease_expires_at
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED
+    SELECT op.operation_id, op.agent_id, op.status AS previous_status
+    FROM held_operations h
+    JOIN operations op ON op.operation_id = h.operation_id AND op.agent_id = h.agent_id
+    WHERE h.status = 'RECONCILING' AND h.due_at < now()
+      AND op.status = 'RECONCILING' AND op.lease_expires_at < now()
+    ORDER BY h.due_at NULLS FIRST
+    LIMIT (SELECT $3::bigint)
+    FOR UPDATE OF op SKIP LOCKED
 ), due AS (
     SELECT * FROM due_unknown UNION ALL SELECT * FROM due_abandoned
 ), claimed AS (
@@ -67,7 +77,7 @@ WITH due_unknown AS (
         reconcile_checks = op.reconcile_checks + 1,
         updated_at = now()
     FROM due
-    WHERE op.operation_id = due.operation_id
+    WHERE op.operation_id = due.operation_id AND op.agent_id = due.agent_id
     RETURNING op.operation_id, op.agent_id, op.operation_type, op.provider, op.fencing_token,
               due.previous_status, op.reconcile_checks, op.provider_reference,
               op.request_payload, op.amount, op.currency, op.created_at,
@@ -85,18 +95,21 @@ WITH due_unknown AS (
 SELECT * FROM claimed";
 
 /// `CLAIM_DUE_RECONCILIATIONS` for one agent (`$4`), which Citus runs on one node, its
-/// audit rows written apart (`audit_apart`).
+/// audit rows written apart (`audit_apart`). Its batch size is a plain parameter, as the
+/// executor's per-agent claim's is (the subquery has not been through Citus's router).
 static CLAIM_DUE_RECONCILIATIONS_OF_AGENT: LazyLock<String> = LazyLock::new(|| {
     for_one_agent(
         &returning_audit_rows(CLAIM_DUE_RECONCILIATIONS),
         &[
+            ("LIMIT (SELECT $3::bigint)", "LIMIT $3"),
+            ("LIMIT (SELECT $3::bigint)", "LIMIT $3"),
             (
-                "WHERE status = 'UNKNOWN' AND",
-                "WHERE agent_id = $4 AND status = 'UNKNOWN' AND",
+                "WHERE h.status = 'UNKNOWN' AND",
+                "WHERE h.agent_id = $4 AND op.agent_id = $4 AND h.status = 'UNKNOWN' AND",
             ),
             (
-                "WHERE status = 'RECONCILING' AND",
-                "WHERE agent_id = $4 AND status = 'RECONCILING' AND",
+                "WHERE h.status = 'RECONCILING' AND",
+                "WHERE h.agent_id = $4 AND op.agent_id = $4 AND h.status = 'RECONCILING' AND",
             ),
             (
                 "WHERE op.operation_id = due.operation_id",
@@ -108,9 +121,9 @@ static CLAIM_DUE_RECONCILIATIONS_OF_AGENT: LazyLock<String> = LazyLock::new(|| {
 
 /// Agents with operations the reconciler would claim (on Citus, the agents to claim for).
 const DUE_RECONCILIATION_AGENTS: &str = "
-SELECT DISTINCT agent_id FROM operations
-WHERE (status = 'UNKNOWN' AND (next_attempt_at IS NULL OR next_attempt_at <= now()))
-   OR (status = 'RECONCILING' AND lease_expires_at < now())
+SELECT DISTINCT agent_id FROM held_operations
+WHERE (status = 'UNKNOWN' AND (due_at IS NULL OR due_at <= now()))
+   OR (status = 'RECONCILING' AND due_at < now())
 LIMIT $1";
 
 impl Store {
@@ -175,4 +188,28 @@ fn claimed_from_row(row: &Row) -> Result<ClaimedReconciliation, StoreError> {
         unknown_since: row.get("unknown_since"),
         trace_context: row.get("trace_context"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CLAIM_DUE_RECONCILIATIONS, CLAIM_DUE_RECONCILIATIONS_OF_AGENT};
+
+    #[test]
+    fn the_per_agent_claim_names_the_agent_everywhere_and_keeps_a_plain_limit() {
+        assert_eq!(
+            CLAIM_DUE_RECONCILIATIONS
+                .matches("LIMIT (SELECT $3::bigint)")
+                .count(),
+            2
+        );
+        let of_agent = CLAIM_DUE_RECONCILIATIONS_OF_AGENT.as_str();
+        assert!(!of_agent.contains("(SELECT $3"), "{of_agent}");
+        assert_eq!(of_agent.matches("LIMIT $3\n").count(), 2);
+        assert_eq!(
+            of_agent
+                .matches("h.agent_id = $4 AND op.agent_id = $4")
+                .count(),
+            2
+        );
+    }
 }
