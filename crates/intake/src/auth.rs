@@ -12,9 +12,10 @@ use opgate_store::{AgentCheck, OperationRecord, Store};
 
 use crate::headers::single_header;
 use crate::problem::Problem;
-use crate::rate_limits::Admission;
+use crate::rate_limits::{Admission, AgentLimiters};
 use crate::AppState;
 
+#[derive(Clone)]
 pub struct AuthenticatedAgent {
     pub agent_id: String,
     pub policy: AgentPolicy,
@@ -71,48 +72,65 @@ pub async fn authenticate_with_existing(
     let key = presented_key(request)?;
     match key.kind() {
         KeyKind::Agent => {
-            // Over its rate limit, a known agent is refused before any database work.
             let limiters = request
                 .app_data::<web::Data<AppState>>()
-                .map(|state| state.limiters.clone());
-            let admission = match (&limiters, reading) {
-                (Some(_), Reading::Again) | (None, _) => Admission::Admitted,
-                (Some(limiters), _) => limiters.admit_cached(&key)?,
-            };
-            if let (Admission::Remembered(agent), Reading::UnlessRemembered) = (&admission, reading)
-            {
-                let agent = AuthenticatedAgent {
-                    agent_id: agent.agent_id.clone(),
-                    policy: agent.policy.clone(),
-                    remembered: Some(agent.check.clone()),
-                };
-                return Ok((agent, None));
-            }
-            let Some(verified) = verified_agent(store, &key, idempotency_key).await? else {
-                if let Some(limiters) = limiters {
-                    limiters.forget(&key);
-                }
-                return Err(Problem::unauthenticated());
-            };
-            if let Some(limiters) = limiters {
-                limiters.after_read(
-                    &key,
-                    &verified.api_key_hash,
-                    &verified.agent.agent_id,
-                    &verified.agent.policy,
-                    verified.row_version,
-                    &admission,
-                )?;
-            }
-            Ok((verified.agent, verified.existing))
+                .map(|state| &state.limiters);
+            authenticate_agent_key(&key, limiters, store, idempotency_key, reading).await
         }
-        KeyKind::Operator => match verified_operator(store, &key).await? {
-            Some(_) => Err(Problem::wrong_key_kind(
-                "Operator keys cannot request or read agents' operations; use an agent's \
-                 key here, or the admin API (/admin) with this one.",
-            )),
-            None => Err(Problem::unauthenticated()),
-        },
+        KeyKind::Operator => Err(operator_key_refused(store, &key).await),
+    }
+}
+
+/// `authenticate_with_existing` for a key already taken from its request (an agent's),
+/// counted by `limiters` when there are any.
+pub async fn authenticate_agent_key(
+    key: &ApiKey,
+    limiters: Option<&AgentLimiters>,
+    store: &Store,
+    idempotency_key: Option<&IdempotencyKey>,
+    reading: Reading,
+) -> Result<(AuthenticatedAgent, Option<OperationRecord>), Problem> {
+    // Over its rate limit, a known agent is refused before any database work.
+    let admission = match (limiters, reading) {
+        (Some(_), Reading::Again) | (None, _) => Admission::Admitted,
+        (Some(limiters), _) => limiters.admit_cached(key)?,
+    };
+    if let (Admission::Remembered(agent), Reading::UnlessRemembered) = (&admission, reading) {
+        let agent = AuthenticatedAgent {
+            agent_id: agent.agent_id.clone(),
+            policy: agent.policy.clone(),
+            remembered: Some(agent.check.clone()),
+        };
+        return Ok((agent, None));
+    }
+    let Some(verified) = verified_agent(store, key, idempotency_key).await? else {
+        if let Some(limiters) = limiters {
+            limiters.forget(key);
+        }
+        return Err(Problem::unauthenticated());
+    };
+    if let Some(limiters) = limiters {
+        limiters.after_read(
+            key,
+            &verified.api_key_hash,
+            &verified.agent.agent_id,
+            &verified.agent.policy,
+            verified.row_version,
+            &admission,
+        )?;
+    }
+    Ok((verified.agent, verified.existing))
+}
+
+/// The answer to an operator's key where an agent's is needed.
+pub async fn operator_key_refused(store: &Store, key: &ApiKey) -> Problem {
+    match verified_operator(store, key).await {
+        Ok(Some(_)) => Problem::wrong_key_kind(
+            "Operator keys cannot request or read agents' operations; use an agent's \
+             key here, or the admin API (/admin) with this one.",
+        ),
+        Ok(None) => Problem::unauthenticated(),
+        Err(problem) => problem,
     }
 }
 
@@ -134,7 +152,8 @@ pub async fn authenticate_operator(
     }
 }
 
-fn presented_key(request: &HttpRequest) -> Result<ApiKey, Problem> {
+/// The bearer key the request presents, parsed; 401 when there is none.
+pub fn presented_key(request: &HttpRequest) -> Result<ApiKey, Problem> {
     let presented = bearer_token(request)?.ok_or_else(Problem::unauthenticated)?;
     ApiKey::parse(presented).map_err(|_| Problem::unauthenticated())
 }

@@ -13,17 +13,21 @@ mod answers;
 mod server;
 mod tools;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::{from_fn, Next};
-use actix_web::{web, HttpMessage, ResponseError};
+use actix_web::{web, HttpMessage, HttpRequest, ResponseError};
+use opgate_domain::{ApiKey, KeyKind};
 use opgate_telemetry::propagation;
 use rmcp_actix_web::transport::{LocalSessionManager, StreamableHttpService};
+use serde::Deserialize;
 
-use crate::auth::authenticate;
+use crate::auth::{authenticate_agent_key, operator_key_refused, presented_key, Reading};
 use crate::body::{read_limited, require_unique_members, MAX_BODY_BYTES};
+use crate::problem::Problem;
 use crate::AppState;
 
 pub use server::McpCaller;
@@ -71,6 +75,11 @@ pub fn service(
 /// Authenticates (and rate limits) every request to `/mcp` as the HTTP API does, reads
 /// its message, and hands the agent to the MCP layer; a refusal is the HTTP API's
 /// problem answer.
+///
+/// An agent this intake read recently is not read again for a message that only
+/// registers (`tools/call` of a `request_<kind>` tool): the registration's statement
+/// confirms its row, as on the HTTP API (`Reading::UnlessRemembered`). Any other message
+/// reads the agent, so that a revoked key stops reading at once.
 async fn authenticate_mcp(
     mut request: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -78,8 +87,21 @@ async fn authenticate_mcp(
     let Some(state) = request.app_data::<web::Data<AppState>>().cloned() else {
         return Err(actix_web::error::ErrorInternalServerError("no state"));
     };
-    let agent = match authenticate(request.request(), &state.store).await {
-        Ok(agent) => agent,
+    let key = match agent_key(request.request(), &state).await {
+        Ok(key) => key,
+        Err(problem) => return Ok(refuse(request, &problem)),
+    };
+    let limiters = Some(&state.limiters);
+    let agent = match authenticate_agent_key(
+        &key,
+        limiters,
+        &state.store,
+        None,
+        Reading::UnlessRemembered,
+    )
+    .await
+    {
+        Ok((agent, _)) => agent,
         Err(problem) => return Ok(refuse(request, &problem)),
     };
     // The message is read here, within the body timeout and limit, and a member named
@@ -92,19 +114,63 @@ async fn authenticate_mcp(
         Ok(body) => body,
         Err(problem) => return Ok(refuse(request, &problem)),
     };
+    let agent = if agent.remembered.is_some() && !only_registers(&body) {
+        match authenticate_agent_key(&key, limiters, &state.store, None, Reading::Again).await {
+            Ok((agent, _)) => agent,
+            Err(problem) => return Ok(refuse(request, &problem)),
+        }
+    } else {
+        agent
+    };
     request.set_payload(actix_web::dev::Payload::from(body));
     let span = tracing::Span::current();
     span.record("opgate.agent_id", agent.agent_id.as_str());
     request.extensions_mut().insert(McpCaller {
         agent: Arc::new(agent),
+        key,
         http_traceparent: propagation::traceparent_of(&span),
     });
     Ok(next.call(request).await?.map_into_left_body())
 }
 
+/// The request's key, if it is an agent's; an operator's key or none is refused as on
+/// the HTTP API.
+async fn agent_key(request: &HttpRequest, state: &AppState) -> Result<ApiKey, Problem> {
+    let key = presented_key(request)?;
+    match key.kind() {
+        KeyKind::Agent => Ok(key),
+        KeyKind::Operator => Err(operator_key_refused(&state.store, &key).await),
+    }
+}
+
+/// Whether the JSON-RPC message is one `tools/call` of a `request_<kind>` tool: the only
+/// message answered on a remembered agent. rmcp parses the same bytes to dispatch it, and
+/// a tool call on a remembered agent is checked again there (`server.rs`).
+fn only_registers(body: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        method: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        params: Option<Params<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        name: Option<Cow<'a, str>>,
+    }
+    match serde_json::from_slice::<Message<'_>>(body) {
+        Ok(Message {
+            method: Some(method),
+            params: Some(Params { name: Some(name) }),
+        }) => method == "tools/call" && name.starts_with(tools::REQUEST_PREFIX),
+        _ => false,
+    }
+}
+
 fn refuse<B>(
     request: ServiceRequest,
-    problem: &crate::problem::Problem,
+    problem: &Problem,
 ) -> ServiceResponse<actix_web::body::EitherBody<B>> {
     request
         .into_response(problem.error_response())

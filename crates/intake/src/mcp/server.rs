@@ -4,11 +4,12 @@
 //! hash, guardrails, group commit and audit. The agent was authenticated (and rate
 //! limited) before the request reached the MCP layer (`mcp/mod.rs`).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web;
-use opgate_domain::IdempotencyKey;
+use opgate_domain::{ApiKey, IdempotencyKey};
 use opgate_telemetry::propagation;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, Extensions,
@@ -21,11 +22,11 @@ use serde_json::Value;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::auth::AuthenticatedAgent;
+use crate::auth::{authenticate_agent_key, AuthenticatedAgent, Reading};
 use crate::listing::{list_page, ListRequest};
 use crate::mcp::{answers, tools};
 use crate::problem::Problem;
-use crate::registration::{register, Kind, Submission};
+use crate::registration::{register, Kind, Registering, Submission};
 use crate::wakeups::MAX_WAIT_SECS;
 use crate::AppState;
 
@@ -33,7 +34,11 @@ use crate::AppState;
 /// server span's trace context (the parent of a tool call that names none itself).
 #[derive(Clone)]
 pub struct McpCaller {
+    /// Read for this request, or remembered (`AuthenticatedAgent::remembered`) for a
+    /// message that only registers.
     pub agent: Arc<AuthenticatedAgent>,
+    /// The key it presented, to read the agent again.
+    pub key: ApiKey,
     pub http_traceparent: Option<String>,
 }
 
@@ -57,31 +62,96 @@ impl OpgateMcp {
     }
 
     async fn call(&self, caller: &McpCaller, name: &str, arguments: JsonObject) -> CallToolResult {
-        let agent = caller.agent.as_ref();
-        let answer = match name {
-            tools::GET_OPERATION => self.get_operation(agent, &arguments).await,
-            tools::FIND_OPERATION => self.find_operation(agent, &arguments).await,
-            tools::WAIT_FOR_OPERATION => self.wait_for_operation(agent, &arguments).await,
-            tools::LIST_OPERATIONS => self.list_operations(agent, &arguments).await,
-            _ => match name.strip_prefix(tools::REQUEST_PREFIX) {
-                Some(kind) => self.request(caller, kind, arguments).await,
-                None => Err(Problem::unknown_tool(name)),
-            },
+        let answer = match name.strip_prefix(tools::REQUEST_PREFIX) {
+            Some(kind) => self.request(caller, kind, arguments).await,
+            None => self.read(caller, name, &arguments).await,
         };
         answer.unwrap_or_else(|problem| answers::refusal(&problem))
     }
 
-    /// `request_<kind>`: the arguments less `idempotency_key` are the kind's body.
+    /// The tools that read: never on a remembered agent.
+    async fn read(
+        &self,
+        caller: &McpCaller,
+        name: &str,
+        arguments: &JsonObject,
+    ) -> Result<CallToolResult, Problem> {
+        let agent = self.agent_as_read(caller).await?;
+        let agent = agent.as_ref();
+        match name {
+            tools::GET_OPERATION => self.get_operation(agent, arguments).await,
+            tools::FIND_OPERATION => self.find_operation(agent, arguments).await,
+            tools::WAIT_FOR_OPERATION => self.wait_for_operation(agent, arguments).await,
+            tools::LIST_OPERATIONS => self.list_operations(agent, arguments).await,
+            _ => Err(Problem::unknown_tool(name)),
+        }
+    }
+
+    /// The caller's agent, read for this request: as it came when it was, else read
+    /// again (not counted against its rate limit a second time).
+    async fn agent_as_read<'a>(
+        &self,
+        caller: &'a McpCaller,
+    ) -> Result<Cow<'a, AuthenticatedAgent>, Problem> {
+        if caller.agent.remembered.is_none() {
+            return Ok(Cow::Borrowed(caller.agent.as_ref()));
+        }
+        let (agent, _) = authenticate_agent_key(
+            &caller.key,
+            Some(&self.state.limiters),
+            &self.state.store,
+            None,
+            Reading::Again,
+        )
+        .await?;
+        Ok(Cow::Owned(agent))
+    }
+
+    /// `request_<kind>`: the arguments less `idempotency_key` are the kind's body. On a
+    /// remembered agent, what the registration could not confirm is judged again on a
+    /// fresh read, as on the HTTP API.
     async fn request(
         &self,
         caller: &McpCaller,
         kind: &str,
         mut arguments: JsonObject,
     ) -> Result<CallToolResult, Problem> {
-        let agent = caller.agent.as_ref();
-        let kind = Kind::permitted(&self.state.catalog, agent, kind)?;
-        let key = match arguments.remove(tools::KEY_ARGUMENT) {
-            Some(Value::String(key)) => IdempotencyKey::parse(&key)
+        let key = arguments.remove(tools::KEY_ARGUMENT);
+        let registered = match self
+            .request_as(&caller.agent, kind, key.as_ref(), &arguments)
+            .await?
+        {
+            Registering::Answered(answer) => answer?,
+            Registering::ReadAgentAgain => {
+                let agent = self.agent_as_read(caller).await?;
+                self.request_as(&agent, kind, key.as_ref(), &arguments)
+                    .await?
+                    .for_agent_read()?
+            }
+        };
+        tracing::Span::current().record(
+            "opgate.operation_id",
+            registered.record.operation_id.to_string(),
+        );
+        Ok(answers::operation(&registered.record, registered.replayed))
+    }
+
+    async fn request_as(
+        &self,
+        agent: &AuthenticatedAgent,
+        kind: &str,
+        key: Option<&Value>,
+        arguments: &JsonObject,
+    ) -> Result<Registering, Problem> {
+        let kind = match Kind::permitted(&self.state.catalog, agent, kind) {
+            // A grant added since the agent was remembered is seen on a fresh read.
+            Err(problem) if agent.refused_from_memory(&problem) => {
+                return Ok(Registering::ReadAgentAgain)
+            }
+            kind => kind?,
+        };
+        let key = match key {
+            Some(Value::String(key)) => IdempotencyKey::parse(key)
                 .map_err(|e| Problem::bad_idempotency_key(format!("idempotency_key: {e}")))?,
             _ => {
                 return Err(Problem::bad_idempotency_key(
@@ -89,11 +159,11 @@ impl OpgateMcp {
                 ))
             }
         };
-        require_string_amounts(kind, &arguments)?;
-        let body = serde_json::to_vec(&arguments).map_err(|_| Problem::internal())?;
+        require_string_amounts(kind, arguments)?;
+        let body = serde_json::to_vec(arguments).map_err(|_| Problem::internal())?;
         let span = tracing::Span::current();
         span.record("opgate.idempotency_key", key.as_str());
-        let registered = register(
+        Ok(register(
             &self.state,
             Submission {
                 agent,
@@ -104,13 +174,7 @@ impl OpgateMcp {
                 traceparent: propagation::traceparent_of(&span),
             },
         )
-        .await
-        .for_agent_read()?;
-        span.record(
-            "opgate.operation_id",
-            registered.record.operation_id.to_string(),
-        );
-        Ok(answers::operation(&registered.record, registered.replayed))
+        .await)
     }
 
     async fn get_operation(
@@ -265,8 +329,12 @@ impl ServerHandler for OpgateMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = caller_of(&context.extensions).ok_or_else(unauthenticated)?;
+        let agent = self
+            .agent_as_read(&caller)
+            .await
+            .map_err(|problem| ErrorData::internal_error(problem.title.to_string(), None))?;
         let mut result =
-            ListToolsResult::with_all_items(tools::tools_for(&caller.agent, &self.state.catalog));
+            ListToolsResult::with_all_items(tools::tools_for(&agent, &self.state.catalog));
         // Each agent sees its own tools: no cache may share them.
         result.cache_scope = Some(CacheScope::Private);
         Ok(result)
