@@ -37,6 +37,11 @@
 
 LOCK TABLE operations IN ACCESS EXCLUSIVE MODE;
 
+-- On a database already distributed with Citus, creating a trigger on operations needs
+-- this (as `opgate migrate --citus` sets when it distributes); on PostgreSQL without
+-- Citus it sets a placeholder that nothing reads.
+SET LOCAL citus.enable_unsafe_triggers TO on;
+
 CREATE TABLE held_operations (
     operation_id UUID        NOT NULL,
     agent_id     TEXT        NOT NULL,
@@ -44,11 +49,28 @@ CREATE TABLE held_operations (
                              CHECK (status IN ('AWAITING_APPROVAL', 'UNKNOWN', 'RECONCILING',
                                                'MANUAL_REVIEW')),
     due_at       TIMESTAMPTZ,
-    PRIMARY KEY (operation_id, agent_id),
-    CONSTRAINT held_operations_operation_fkey
-        FOREIGN KEY (operation_id, agent_id) REFERENCES operations (operation_id, agent_id)
-        ON DELETE CASCADE
+    PRIMARY KEY (operation_id, agent_id)
 );
+
+-- Citus refuses a foreign key from a local table to a distributed one: on a database
+-- already distributed, held_operations is distributed by `opgate migrate --citus`
+-- after this migration, without the key (the trigger is what keeps it in step).
+DO $$
+DECLARE
+    distributed BOOLEAN := false;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
+                                WHERE logicalrelid = ''operations''::regclass)'
+            INTO distributed;
+    END IF;
+    IF NOT distributed THEN
+        ALTER TABLE held_operations ADD CONSTRAINT held_operations_operation_fkey
+            FOREIGN KEY (operation_id, agent_id) REFERENCES operations (operation_id, agent_id)
+            ON DELETE CASCADE;
+    END IF;
+END
+$$;
 
 -- Every reader walks one status in due order: the reconciler's UNKNOWN (never-set
 -- times first) and RECONCILING, approval expiry, operators' MANUAL_REVIEW.
