@@ -86,7 +86,7 @@ log "queue health: $health_n payments per drain"
 SIM_URL=$sim_url "$root/bench/queue-health.sh" "$health_n" "$bin" >"$out/queue-health.jsonl"
 while read -r line; do record "$line"; done <"$out/queue-health.jsonl"
 # The scenarios below start from empty tables, as they did before it.
-sql "TRUNCATE operation_events, outbox, operations" >/dev/null
+sql "TRUNCATE operation_events, outbox, held_operations, operations" >/dev/null
 
 # End to end with Prefer: wait, on an idle system as its target says: here, on the
 # empty database, after a checkpoint. At the end of the run, where it used to be, it
@@ -214,7 +214,7 @@ done
 # first fill (figures taken minutes apart on this machine drift by tens of %). A few
 # seconds of traffic and an ANALYZE first, so that no cached plan was made while the
 # table was a page or two (such a plan scans the table until the next autoanalyze).
-sql "TRUNCATE operation_events, outbox, operations" >/dev/null
+sql "TRUNCATE operation_events, outbox, held_operations, operations" >/dev/null
 loadgen --scenario new --concurrency 32 --duration "${warm}s" --run-id "growth-warm" >/dev/null
 sql "DELETE FROM outbox" >/dev/null
 sql "VACUUM ANALYZE operations, operation_events, outbox" >/dev/null
