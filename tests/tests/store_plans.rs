@@ -5,7 +5,8 @@
 //! statement ends up with, on a fresh database and after rows arrive unanalyzed.
 //! The group commit's statement likewise: it must keep one plan at all, and that plan
 //! must probe the same index, also when it was made right after an ANALYZE of a small
-//! table (intake's connections refuse sequential scans for that).
+//! table (intake's connections refuse sequential scans for that). The executor's and the
+//! reconciler's claims keep walking their indexes however the tables grew.
 
 use std::time::Duration;
 
@@ -283,5 +284,63 @@ async fn the_executor_claims_through_the_due_index_after_an_analyze_of_an_empty_
     assert_eq!(
         after.0, before.0,
         "sequential scans of the outbox: {before:?} -> {after:?}"
+    );
+}
+
+/// The reconciler's claim likewise, through held_operations (V15): its plan made while
+/// that table was empty and analyzed still walks the due index once hundreds of
+/// operations are UNKNOWN (a provider's outage), and finds each operation by its key.
+#[tokio::test]
+async fn the_reconciler_claims_through_the_held_index_after_an_analyze_of_an_empty_table() {
+    let db = TestDb::create().await;
+    db.create_agent("agent-held-plans", &[]);
+    let sql = db.sql().await;
+    sql.batch_execute("ANALYZE held_operations; ANALYZE operations")
+        .await
+        .unwrap();
+    let reconciler = one_connection_refusing_sequential_scans(&db.url);
+    let lease = Duration::from_secs(30);
+    for _ in 0..8 {
+        let claimed = reconciler
+            .claim_due_reconciliations("plans", lease, 4)
+            .await
+            .unwrap();
+        assert!(claimed.is_empty());
+    }
+    for i in 0..300 {
+        register_payment(&db.store, "agent-held-plans", &format!("lost-{i}"), "1.00").await;
+    }
+    // As the executor leaves them when the provider's answers are lost.
+    sql.batch_execute(
+        "DELETE FROM outbox;
+         UPDATE operations SET status = 'UNKNOWN', next_attempt_at = now() - interval '1 second'",
+    )
+    .await
+    .unwrap();
+    let before_held = scans_of("held_operations", &sql, &[&db.store, &reconciler], 300, 0).await;
+    let before_ops = scans_of("operations", &sql, &[&reconciler], 300, 0).await;
+    let mut claimed = 0;
+    for _ in 0..10 {
+        claimed += reconciler
+            .claim_due_reconciliations("plans", lease, 4)
+            .await
+            .unwrap()
+            .len();
+    }
+    assert_eq!(claimed, 40);
+    let after_held = scans_of(
+        "held_operations",
+        &sql,
+        &[&reconciler],
+        300,
+        before_held.0 + before_held.1 + 10,
+    )
+    .await;
+    let after_ops = scans_of("operations", &sql, &[&reconciler], 300, 0).await;
+    assert_eq!(
+        (after_held.0, after_ops.0),
+        (before_held.0, before_ops.0),
+        "sequential scans of held_operations {before_held:?} -> {after_held:?}, \
+         of operations {before_ops:?} -> {after_ops:?}"
     );
 }
