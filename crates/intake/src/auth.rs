@@ -93,7 +93,7 @@ pub async fn authenticate_agent_key(
     // Over its rate limit, a known agent is refused before any database work.
     let admission = match (limiters, reading) {
         (Some(_), Reading::Again) | (None, _) => Admission::Admitted,
-        (Some(limiters), _) => limiters.admit_cached(key)?,
+        (Some(limiters), _) => limiters.admit_cached(key, reading == Reading::UnlessRemembered)?,
     };
     if let (Admission::Remembered(agent), Reading::UnlessRemembered) = (&admission, reading) {
         let agent = AuthenticatedAgent {

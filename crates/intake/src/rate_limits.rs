@@ -78,8 +78,14 @@ pub struct AgentLimiters {
 
 impl AgentLimiters {
     /// Counts the request if this key's limit is known and fresh; a 429 problem when the
-    /// agent is over it.
-    pub fn admit_cached(&self, key: &ApiKey) -> Result<Admission, Problem> {
+    /// agent is over it. The agent as last read comes back (`Admission::Remembered`)
+    /// only when `remembered_wanted`: a request that reads the agent anyway does not
+    /// pay for a copy of its policy.
+    pub fn admit_cached(
+        &self,
+        key: &ApiKey,
+        remembered_wanted: bool,
+    ) -> Result<Admission, Problem> {
         let (limiter, admitted) = {
             let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             let known = entries.by_key_id.get(key.key_id()).filter(|entry| {
@@ -89,15 +95,17 @@ impl AgentLimiters {
                 return Ok(Admission::Unknown);
             };
             let admitted = match &known.remembered {
-                Some((policy, row_version)) => Admission::Remembered(RememberedAgent {
-                    agent_id: known.agent_id.clone(),
-                    policy: policy.clone(),
-                    check: AgentCheck {
-                        key_id: key.key_id().to_owned(),
-                        row_version: *row_version,
-                    },
-                }),
-                None => Admission::Admitted,
+                Some((policy, row_version)) if remembered_wanted => {
+                    Admission::Remembered(RememberedAgent {
+                        agent_id: known.agent_id.clone(),
+                        policy: policy.clone(),
+                        check: AgentCheck {
+                            key_id: key.key_id().to_owned(),
+                            row_version: *row_version,
+                        },
+                    })
+                }
+                _ => Admission::Admitted,
             };
             match entries.by_agent_id.get(&known.agent_id) {
                 Some(AgentEntry {
@@ -201,7 +209,10 @@ mod tests {
         let limiters = AgentLimiters::default();
         let key = ApiKey::generate(KeyKind::Agent);
         let limit = RateLimit::parse("1/m", Some(3)).unwrap();
-        assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Unknown);
+        assert_eq!(
+            limiters.admit_cached(&key, true).unwrap(),
+            Admission::Unknown
+        );
         limiters
             .after_read(
                 &key,
@@ -212,9 +223,15 @@ mod tests {
                 &Admission::Unknown,
             )
             .unwrap();
-        assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Admitted);
-        assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Admitted);
-        let refused = limiters.admit_cached(&key).unwrap_err();
+        assert_eq!(
+            limiters.admit_cached(&key, true).unwrap(),
+            Admission::Admitted
+        );
+        assert_eq!(
+            limiters.admit_cached(&key, true).unwrap(),
+            Admission::Admitted
+        );
+        let refused = limiters.admit_cached(&key, true).unwrap_err();
         assert_eq!(refused.status, 429);
     }
 
@@ -246,8 +263,8 @@ mod tests {
                 &Admission::Unknown,
             )
             .unwrap();
-        assert_eq!(limiters.admit_cached(&old).unwrap_err().status, 429);
-        assert_eq!(limiters.admit_cached(&new).unwrap_err().status, 429);
+        assert_eq!(limiters.admit_cached(&old, true).unwrap_err().status, 429);
+        assert_eq!(limiters.admit_cached(&new, true).unwrap_err().status, 429);
     }
 
     #[test]
@@ -265,11 +282,17 @@ mod tests {
             )
             .unwrap();
         for _ in 0..100 {
-            assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Admitted);
+            assert_eq!(
+                limiters.admit_cached(&key, true).unwrap(),
+                Admission::Admitted
+            );
         }
         let forged = ApiKey::parse(&format!("opg_{}_{}", key.key_id(), "0".repeat(64)));
         if let Ok(forged) = forged {
-            assert_eq!(limiters.admit_cached(&forged).unwrap(), Admission::Unknown);
+            assert_eq!(
+                limiters.admit_cached(&forged, true).unwrap(),
+                Admission::Unknown
+            );
         }
     }
 
@@ -310,12 +333,23 @@ mod tests {
             },
         };
         assert_eq!(
-            limiters.admit_cached(&key).unwrap(),
+            limiters.admit_cached(&key, true).unwrap(),
             Admission::Remembered(expected)
         );
+        // A request that reads the agent anyway is counted, and gets no copy.
+        assert_eq!(
+            limiters.admit_cached(&key, false).unwrap(),
+            Admission::Admitted
+        );
         // Without a row version (Citus) the agent is counted, never remembered.
-        assert_eq!(limiters.admit_cached(&other).unwrap(), Admission::Admitted);
+        assert_eq!(
+            limiters.admit_cached(&other, true).unwrap(),
+            Admission::Admitted
+        );
         limiters.forget(&key);
-        assert_eq!(limiters.admit_cached(&key).unwrap(), Admission::Unknown);
+        assert_eq!(
+            limiters.admit_cached(&key, true).unwrap(),
+            Admission::Unknown
+        );
     }
 }
