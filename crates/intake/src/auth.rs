@@ -69,14 +69,19 @@ pub async fn authenticate_with_existing(
     idempotency_key: Option<&IdempotencyKey>,
     reading: Reading,
 ) -> Result<(AuthenticatedAgent, Option<OperationRecord>), Problem> {
+    let key = presented_agent_key(request, store).await?;
+    let limiters = request
+        .app_data::<web::Data<AppState>>()
+        .map(|state| &state.limiters);
+    authenticate_agent_key(&key, limiters, store, idempotency_key, reading).await
+}
+
+/// The request's key, if it is an agent's: none, or an operator's, is refused as the
+/// agents' API refuses it (401, or 403 for a valid operator key).
+pub async fn presented_agent_key(request: &HttpRequest, store: &Store) -> Result<ApiKey, Problem> {
     let key = presented_key(request)?;
     match key.kind() {
-        KeyKind::Agent => {
-            let limiters = request
-                .app_data::<web::Data<AppState>>()
-                .map(|state| &state.limiters);
-            authenticate_agent_key(&key, limiters, store, idempotency_key, reading).await
-        }
+        KeyKind::Agent => Ok(key),
         KeyKind::Operator => Err(operator_key_refused(store, &key).await),
     }
 }
@@ -123,7 +128,7 @@ pub async fn authenticate_agent_key(
 }
 
 /// The answer to an operator's key where an agent's is needed.
-pub async fn operator_key_refused(store: &Store, key: &ApiKey) -> Problem {
+async fn operator_key_refused(store: &Store, key: &ApiKey) -> Problem {
     match verified_operator(store, key).await {
         Ok(Some(_)) => Problem::wrong_key_kind(
             "Operator keys cannot request or read agents' operations; use an agent's \
@@ -153,7 +158,7 @@ pub async fn authenticate_operator(
 }
 
 /// The bearer key the request presents, parsed; 401 when there is none.
-pub fn presented_key(request: &HttpRequest) -> Result<ApiKey, Problem> {
+fn presented_key(request: &HttpRequest) -> Result<ApiKey, Problem> {
     let presented = bearer_token(request)?.ok_or_else(Problem::unauthenticated)?;
     ApiKey::parse(presented).map_err(|_| Problem::unauthenticated())
 }

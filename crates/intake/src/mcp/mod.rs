@@ -19,13 +19,12 @@ use std::sync::Arc;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::{from_fn, Next};
-use actix_web::{web, HttpMessage, HttpRequest, ResponseError};
-use opgate_domain::{ApiKey, KeyKind};
+use actix_web::{web, HttpMessage, ResponseError};
 use opgate_telemetry::propagation;
 use rmcp_actix_web::transport::{LocalSessionManager, StreamableHttpService};
 use serde::Deserialize;
 
-use crate::auth::{authenticate_agent_key, operator_key_refused, presented_key, Reading};
+use crate::auth::{authenticate_agent_key, presented_agent_key, Reading};
 use crate::body::{read_limited, require_unique_members, MAX_BODY_BYTES};
 use crate::problem::Problem;
 use crate::AppState;
@@ -87,7 +86,7 @@ async fn authenticate_mcp(
     let Some(state) = request.app_data::<web::Data<AppState>>().cloned() else {
         return Err(actix_web::error::ErrorInternalServerError("no state"));
     };
-    let key = match agent_key(request.request(), &state).await {
+    let key = match presented_agent_key(request.request(), &state.store).await {
         Ok(key) => key,
         Err(problem) => return Ok(refuse(request, &problem)),
     };
@@ -131,16 +130,6 @@ async fn authenticate_mcp(
         http_traceparent: propagation::traceparent_of(&span),
     });
     Ok(next.call(request).await?.map_into_left_body())
-}
-
-/// The request's key, if it is an agent's; an operator's key or none is refused as on
-/// the HTTP API.
-async fn agent_key(request: &HttpRequest, state: &AppState) -> Result<ApiKey, Problem> {
-    let key = presented_key(request)?;
-    match key.kind() {
-        KeyKind::Agent => Ok(key),
-        KeyKind::Operator => Err(operator_key_refused(&state.store, &key).await),
-    }
 }
 
 /// Whether the JSON-RPC message is one `tools/call` of a `request_<kind>` tool: the only
