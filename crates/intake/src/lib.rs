@@ -108,7 +108,8 @@ pub fn serve(
     config: &Config,
     listener: TcpListener,
 ) -> std::io::Result<Server> {
-    // Everything but the group commit, which each worker makes for itself.
+    // Everything but the group commit, which each worker makes for itself, and with it
+    // its own executor waker (the one here wakes them when nothing is group-committed).
     let shared = AppState {
         batcher: None,
         executor_waker: wakeups::ExecutorWaker::spawn(store.clone()),
@@ -126,19 +127,22 @@ pub fn serve(
         // The factory runs on each HTTP worker's own thread. The worker's committers,
         // and their connections' I/O, run there too: a registration is answered
         // without waiting for another thread to be scheduled.
-        let batcher = committers.as_ref().map(|(pool, max_batch)| {
+        let mut state = AppState::clone(&shared);
+        if let Some((pool, max_batch)) = &committers {
             // The URL and settings already made the shared pool, so this does not fail;
             // if it did, the worker's committers would share that pool instead.
             let store = Store::connect(&database_url, pool).unwrap_or_else(|error| {
                 tracing::warn!(%error, "the committers share the reads' pool");
                 shared.store.clone()
             });
-            group_commit::spawn(store, pool.max_connections, *max_batch)
-        });
-        let state = web::Data::new(AppState {
-            batcher,
-            ..AppState::clone(&shared)
-        });
+            // The executors are woken from here too, on the committers' connections:
+            // through the process's waker, on the main thread and the shared pool, a
+            // lone registration waited for two more threads to be scheduled before its
+            // NOTIFY left (`Prefer: wait`'s p50, alternated runs: docs/architecture.md).
+            state.executor_waker = wakeups::ExecutorWaker::spawn(store.clone());
+            state.batcher = Some(group_commit::spawn(store, pool.max_connections, *max_batch));
+        }
+        let state = web::Data::new(state);
         App::new()
             .wrap(actix_web::middleware::from_fn(http_span::trace_request))
             .app_data(state.clone())
