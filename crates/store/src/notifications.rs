@@ -38,7 +38,11 @@ impl Store {
     #[tracing::instrument(level = "debug", name = "SELECT pg_notify", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "pg_notify"))]
     pub async fn notify_outbox(&self) -> Result<(), StoreError> {
         let client = self.client().await?;
-        client.execute(NOTIFY_OUTBOX, &[]).await?;
+        // Prepared once per connection: `execute` with the text parses it, runs it and
+        // closes it, three round trips where one will do, and this one is on the path
+        // from a lone registration to its executor.
+        let notify = client.prepare_cached(NOTIFY_OUTBOX).await?;
+        client.execute(&notify, &[]).await?;
         Ok(())
     }
 
@@ -49,7 +53,10 @@ impl Store {
             return Ok(());
         }
         let client = self.client().await?;
-        client.execute(NOTIFY_SETTLED, &[&operation_ids]).await?;
+        // Prepared once per connection, as above: this one is on the path from a
+        // completion to the request waiting for it (`Prefer: wait`).
+        let notify = client.prepare_cached(NOTIFY_SETTLED).await?;
+        client.execute(&notify, &[&operation_ids]).await?;
         Ok(())
     }
 }
