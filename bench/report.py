@@ -149,30 +149,39 @@ out.append("From the request to the answer with the final state: three durable c
 lat = wait["latency_ms"]
 out.append(f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms over {wait['requests']} payments "
            f"({sum(wait.get('unexpected_status', {}).values())} not settled within the wait).\n")
-growth_new = by("growth_intake_new")
-growth_drain = by("growth_executor_drain")
-if growth_new:
-    base_rows = by("growth_baseline_intake_new")
-    base_drains = by("growth_baseline_executor_drain")
-    if base_rows and base_drains:
-        base_label = f"before filling ({base_rows[0]['existing']:,} existing)"
-        base_new = base_rows[0]["opgate"]["requests_per_s"]
-        base_drain = base_drains[0]["operations_per_s"]
-    else:
-        base_label = "run start"
-        base_new = new[32]["opgate"]["requests_per_s"] if 32 in new else float("nan")
-        base_drain = next((d["operations_per_s"] for d in drains
-                           if d["executors"] == 1 and d["batch"] == 32 and d.get("group_commit", True)
-                           and d.get("claimers", 4) == 4), float("nan"))
+def growth_points(intake_scenario, drain_scenario):
+    """Each size's rounds (bench/run.sh's growth_point): {existing: (intake req/s list,
+    drain ops/s list)}, in the order measured."""
+    points = {}
+    for r in by(intake_scenario):
+        points.setdefault(r["existing"], ([], []))[0].append(r["opgate"]["requests_per_s"])
+    for r in by(drain_scenario):
+        points.setdefault(r["existing"], ([], []))[1].append(r["operations_per_s"])
+    return points
+def median(values):
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+def rounds(values):
+    return " / ".join(f"{v:.0f}" for v in values)
+growth = growth_points("growth_intake_new", "growth_executor_drain")
+if growth:
+    base = growth_points("growth_baseline_intake_new", "growth_baseline_executor_drain")
+    (base_existing, (base_news, base_drains)), = base.items()
+    base_new, base_drain = median(base_news), median(base_drains)
     out.append("## Growth: the same figures with finished operations already stored\n")
-    out.append("| existing operations | intake new req/s (32 clients) | vs. empty | drain ops/s (1 executor, batch 32) | vs. empty |")
-    out.append("|---:|---:|---:|---:|---:|")
-    out.append(f"| {base_label} | {base_new:.0f} | 1.00 | {base_drain:.0f} | 1.00 |")
-    for g in growth_new:
-        d = next((x for x in growth_drain if x["existing"] == g["existing"]), None)
-        drain_rate = d["operations_per_s"] if d else float("nan")
-        out.append(f"| {g['existing']:,} | {g['opgate']['requests_per_s']:.0f} | {ratio(g['opgate']['requests_per_s'], base_new):.2f} | "
-                   f"{drain_rate:.0f} | {ratio(drain_rate, base_drain):.2f} |")
+    out.append("Each size is measured in rounds (an intake run, then a drain); the ratios compare the medians of the "
+               "rounds, since one drain against another at the same size moves by up to ±25 % on this machine.\n")
+    out.append("| existing operations | intake new req/s (32 clients), median | rounds | vs. empty "
+               "| drain ops/s (1 executor, batch 32), median | rounds | vs. empty |")
+    out.append("|---:|---:|---|---:|---:|---|---:|")
+    out.append(f"| before filling ({base_existing:,} existing) | {base_new:.0f} | {rounds(base_news)} | 1.00 | "
+               f"{base_drain:.0f} | {rounds(base_drains)} | 1.00 |")
+    for existing, (news, drains_at) in growth.items():
+        out.append(f"| {existing:,} | {median(news):.0f} | {rounds(news)} | {ratio(median(news), base_new):.2f} | "
+                   f"{median(drains_at):.0f} | {rounds(drains_at)} | {ratio(median(drains_at), base_drain):.2f} |")
     out.append("")
 health = by("queue_health_drain")
 def health_rate(flag_set, snapshot):
@@ -249,12 +258,12 @@ if health:
     r_defaults = ratio(health_rate("defaults", "free"), best_tuned)
     out.append(f"| default flags ≥ 0.8 × tuned (concurrency 256, batch 32, 4 claim loops, 100 ms poll) | {'yes' if r_defaults >= 0.8 else '**no**'} | "
                f"{r_defaults:.2f} × ({health_rate('defaults', 'free'):.0f} / {best_tuned:.0f}) |")
-if growth_new:
-    largest = max(growth_new, key=lambda g: g["existing"])
-    d = next((x for x in growth_drain if x["existing"] == largest["existing"]), None)
-    r_new = ratio(largest["opgate"]["requests_per_s"], base_new)
-    r_drain = ratio(d["operations_per_s"], base_drain) if d else float("nan")
+if growth:
+    largest = max(growth)
+    news, drains_at = growth[largest]
+    r_new = ratio(median(news), base_new)
+    r_drain = ratio(median(drains_at), base_drain)
     met = r_new >= 0.9 and r_drain >= 0.9
-    out.append(f"| figures at {largest['existing']:,} existing operations within 10 % of the start | {'yes' if met else '**no**'} | intake {r_new:.2f} ×, drain {r_drain:.2f} × |")
+    out.append(f"| figures at {largest:,} existing operations within 10 % of the start (medians) | {'yes' if met else '**no**'} | intake {r_new:.2f} ×, drain {r_drain:.2f} × |")
 open(md_path, "w").write("\n".join(out) + "\n")
 print("\n".join(out))
