@@ -4,8 +4,8 @@
 //! hash. The key itself is never stored. The prefix says which kind of principal it
 //! belongs to, so an agent key can never pass for an operator's.
 
+use crate::sha256_hex::sha256_hex;
 use rand::RngCore;
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 /// Who a key belongs to.
@@ -78,7 +78,7 @@ impl ApiKey {
     }
 
     fn new(kind: KeyKind, key_id: String, full: String) -> Self {
-        let hash = hex::encode(Sha256::digest(full.as_bytes()));
+        let hash = sha256_hex(full.as_bytes());
         Self {
             kind,
             key_id,

@@ -96,7 +96,16 @@ impl BusinessId {
 /// Control characters (Unicode Cc: NUL, U+0085, …) and format characters (Cf: U+200B,
 /// the bidirectional overrides U+202E and U+2066–2069, U+FEFF, …): invisible, so an
 /// identifier holding one looks like another that does not, to people and to logs.
+/// An ASCII character (almost every one in a key) is answered without the table: Cc in
+/// ASCII is U+0000-U+001F and U+007F, and no ASCII character is Cf.
 fn is_invisible(c: char) -> bool {
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
+    is_invisible_by_category(c)
+}
+
+fn is_invisible_by_category(c: char) -> bool {
     matches!(
         c.general_category(),
         GeneralCategory::Control | GeneralCategory::Format
@@ -145,6 +154,16 @@ impl fmt::Display for AgentId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ascii_answer_is_the_tables() {
+        for c in (0u8..=127).map(char::from) {
+            assert_eq!(is_invisible(c), is_invisible_by_category(c), "{:?}", c);
+        }
+        assert!(is_invisible('\u{85}'));
+        assert!(is_invisible('\u{202E}'));
+        assert!(!is_invisible('é'));
+    }
 
     #[test]
     fn idempotency_key_accepts_visible_ascii_up_to_255() {

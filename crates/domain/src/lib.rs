@@ -14,6 +14,7 @@ pub mod payment;
 pub mod rate_limit;
 pub mod refund;
 pub mod request_hash;
+mod sha256_hex;
 pub mod status;
 pub mod transition;
 

@@ -4,14 +4,14 @@
 
 use std::fmt;
 
-use sha2::{Digest, Sha256};
+use crate::sha256_hex::sha256_hex;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RequestHash(String);
 
 impl RequestHash {
     pub fn of_canonical_json(canonical_json: &str) -> Self {
-        Self(hex::encode(Sha256::digest(canonical_json.as_bytes())))
+        Self(sha256_hex(canonical_json.as_bytes()))
     }
 
     /// Wraps a hash read back from storage.
