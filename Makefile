@@ -67,12 +67,12 @@ mutants:
 run: build
 	$(WITH_PG) scripts/demo.sh
 
-## bench: opgate beside pgbench on the same SQL, written to docs/benchmarks.md (~10 min).
+## bench: opgate beside pgbench on the same SQL, written to docs/benchmarks.md (~20 min).
 bench:
 	$(CARGO) build --release --workspace --bins
 	$(WITH_PG) bench/run.sh full
 
-## bench-quick: the same scenarios, shorter (under 2 minutes).
+## bench-quick: the same scenarios, shorter (about 4 minutes).
 bench-quick:
 	$(CARGO) build --release --workspace --bins
 	$(WITH_PG) bench/run.sh quick
