@@ -320,7 +320,10 @@ impl Store {
         let client = self.client().await?;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
             [&lease.operation_id, &lease.fencing_token, &lease.agent_id];
-        Ok(client.execute(COUNT_ATTEMPT, &params).await? == 1)
+        // Prepared once per connection: with the text, each retry of a call paid a
+        // round trip to parse the same statement again first.
+        let statement = client.prepare_cached(COUNT_ATTEMPT).await?;
+        Ok(client.execute(&statement, &params).await? == 1)
     }
 
     /// Puts the operation back to PENDING (the request never reached the provider) and
