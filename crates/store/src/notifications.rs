@@ -38,9 +38,9 @@ impl Store {
     #[tracing::instrument(level = "debug", name = "SELECT pg_notify", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "pg_notify"))]
     pub async fn notify_outbox(&self) -> Result<(), StoreError> {
         let client = self.client().await?;
-        // Prepared once per connection: `execute` with the text parses it, runs it and
-        // closes it, three round trips where one will do, and this one is on the path
-        // from a lone registration to its executor.
+        // Prepared once per connection: `execute` with the text first parses it in a
+        // round trip of its own (and closes it after), and this one is on the path from
+        // a lone registration to its executor.
         let notify = client.prepare_cached(NOTIFY_OUTBOX).await?;
         client.execute(&notify, &[]).await?;
         Ok(())
