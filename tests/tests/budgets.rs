@@ -71,6 +71,63 @@ async fn forty_concurrent_payments_spend_exactly_the_budget_without_group_commit
     forty_at_once("false").await;
 }
 
+/// Intake batches budgeted registrations: two agents' payments race, every key sent
+/// twice at once, so batches mix agents and repeat keys. Each agent still spends
+/// exactly its budget, and both copies of a key get the same answer: the one
+/// operation, or the refusal.
+#[tokio::test]
+async fn two_agents_racing_with_every_key_sent_twice_each_spend_exactly_their_budget() {
+    let db = TestDb::create().await;
+    let agents = [
+        db.create_agent("spender-a", &BUDGETED),
+        db.create_agent("spender-b", &BUDGETED),
+    ];
+    let intake = Intake::start_with(&db.url, &["--group-commit", "true"]).await;
+    let client = reqwest::Client::new();
+    let sends: Vec<(usize, String)> = (0..20)
+        .flat_map(|i| [0, 1].map(|agent| (agent, format!("pay-{i}"))))
+        .flat_map(|send| [send.clone(), send])
+        .collect();
+    let replies = join_all(
+        sends
+            .iter()
+            .map(|(agent, idem)| pay(&client, &intake, &agents[*agent], "cus_b", idem)),
+    )
+    .await;
+    for agent in 0..2 {
+        let mut accepted = std::collections::HashSet::new();
+        for i in 0..20 {
+            let idem = format!("pay-{i}");
+            let copies: Vec<&Reply> = sends
+                .iter()
+                .zip(&replies)
+                .filter(|((a, k), _)| *a == agent && *k == idem)
+                .map(|(_, reply)| reply)
+                .collect();
+            assert_eq!(copies.len(), 2);
+            if copies[0].status == 403 {
+                copies[1].assert_problem(403);
+                continue;
+            }
+            let ids: Vec<&str> = copies
+                .iter()
+                .map(|reply| {
+                    assert!(matches!(reply.status, 200 | 202), "{}", reply.body);
+                    reply.operation_id()
+                })
+                .collect();
+            assert_eq!(ids[0], ids[1], "agent {agent}, key {idem}: two operations");
+            accepted.insert(ids[0].to_owned());
+        }
+        assert_eq!(
+            accepted.len(),
+            5,
+            "agent {agent}: 5 × 1,000.00 fit in 5,000.00"
+        );
+    }
+    assert_eq!(db.counts().await.operations, 10);
+}
+
 #[tokio::test]
 async fn a_failed_payment_frees_its_headroom_and_refunds_do_not_spend() {
     let db = TestDb::create().await;

@@ -10,8 +10,8 @@ use std::time::Duration;
 use opgate_domain::{IdempotencyKey, OperationRequest, PaymentRequest};
 use opgate_e2e::TestDb;
 use opgate_store::{
-    AgentCheck, BatchAnswer, BudgetedRegistration, NewOperation, PendingRegistration, Registration,
-    TableCounts,
+    AgentCheck, BatchAnswer, BudgetedRegistration, NewOperation, PendingBudgeted,
+    PendingRegistration, Registration, StoreError, TableCounts,
 };
 use rust_decimal::Decimal;
 use uuid::Uuid;
@@ -491,4 +491,152 @@ fn answered(answers: Result<Vec<BatchAnswer>, opgate_store::StoreError>) -> &'st
         BatchAnswer::Registered(_) => "taken",
         BatchAnswer::Unconfirmed => "unconfirmed",
     }
+}
+
+/// The spending of each agent in `agent_spend`, by agent.
+async fn spent_by_agent(db: &TestDb) -> Vec<(String, Decimal)> {
+    let rows = db
+        .sql()
+        .await
+        .query(
+            "SELECT agent_id, sum(amount) FROM agent_spend GROUP BY agent_id ORDER BY agent_id",
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|row| (row.get(0), row.get(1))).collect()
+}
+
+fn budgeted(
+    agent: &'static str,
+    key: &IdempotencyKey,
+    request: &OperationRequest,
+) -> PendingBudgeted {
+    let new = NewOperation {
+        agent_id: agent,
+        ..new_operation(key, request)
+    };
+    PendingBudgeted::from_new(&new, Decimal::new(100_000, 2))
+}
+
+fn created(answer: &Result<BudgetedRegistration, StoreError>) -> Uuid {
+    match answer {
+        Ok(BudgetedRegistration::Registered(Registration::Created(record))) => record.operation_id,
+        other => panic!("expected a new operation, got {other:?}"),
+    }
+}
+
+/// A budgeted batch is one transaction in which each registration sees the ones before
+/// it: what fits is accepted in order, a key taken earlier in the batch is a replay or
+/// reused, and each agent spends against its own budget (1,000.00 each here).
+#[tokio::test]
+async fn a_budgeted_batch_registers_in_order_each_seeing_the_ones_before_it() {
+    const OTHER: &str = "agent-store-other";
+    let db = TestDb::create().await;
+    db.create_agent(AGENT, &["--daily-budget", "USD:1000.00"]);
+    db.create_agent(OTHER, &["--daily-budget", "USD:1000.00"]);
+    let keys =
+        ["first", "too-much", "fits", "other-agent"].map(|k| IdempotencyKey::parse(k).unwrap());
+    let [first, too_much, fits, other] = &keys;
+    let (six, four, nine) = (
+        payment("first", "600.00"),
+        payment("fits", "400.00"),
+        payment("other", "900.00"),
+    );
+    let batch = [
+        budgeted(AGENT, first, &six),
+        budgeted(OTHER, other, &nine),
+        budgeted(AGENT, too_much, &six),
+        budgeted(AGENT, fits, &four),
+        budgeted(AGENT, first, &six),
+        budgeted(AGENT, first, &four),
+    ];
+    let answers = db.store.register_budgeted_batch(&batch).await.unwrap();
+    assert_eq!(answers.len(), batch.len());
+    let first_id = created(&answers[0]);
+    created(&answers[1]);
+    match &answers[2] {
+        Ok(BudgetedRegistration::Exceeded { spent, .. }) => {
+            assert_eq!(
+                *spent,
+                Decimal::new(60_000, 2),
+                "the first counted before it"
+            )
+        }
+        other => panic!("600.00 over 600.00 spent of 1,000.00: {other:?}"),
+    }
+    created(&answers[3]);
+    match &answers[4] {
+        Ok(BudgetedRegistration::Registered(Registration::Replayed(record))) => {
+            assert_eq!(record.operation_id, first_id)
+        }
+        other => panic!("the first request again: expected its replay, got {other:?}"),
+    }
+    assert!(
+        matches!(
+            &answers[5],
+            Ok(BudgetedRegistration::Registered(Registration::KeyReused))
+        ),
+        "the first key with another amount: {:?}",
+        answers[5]
+    );
+    let counts = db.counts().await;
+    assert_eq!((counts.operations, counts.outbox), (3, 3));
+    let transactions = db
+        .sql()
+        .await
+        .query_one("SELECT count(DISTINCT xmin::text) FROM operations", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        transactions.get::<_, i64>(0),
+        1,
+        "written by one transaction"
+    );
+    assert_eq!(
+        spent_by_agent(&db).await,
+        [
+            (AGENT.to_owned(), Decimal::new(100_000, 2)),
+            (OTHER.to_owned(), Decimal::new(90_000, 2))
+        ]
+    );
+}
+
+/// A registration the database refuses fails alone: the batch's transaction rolls back
+/// and each member is registered again on its own.
+#[tokio::test]
+async fn a_budgeted_batch_member_that_fails_fails_alone() {
+    let db = TestDb::create().await;
+    db.create_agent(AGENT, &["--daily-budget", "USD:1000.00"]);
+    db.sql()
+        .await
+        .batch_execute("ALTER TABLE operations ADD CONSTRAINT refused_in_test CHECK (idempotency_key <> 'refused')")
+        .await
+        .unwrap();
+    let keys = ["before", "refused", "after"].map(|k| IdempotencyKey::parse(k).unwrap());
+    let requests = keys.each_ref().map(|key| payment(key.as_str(), "100.00"));
+    let batch: Vec<PendingBudgeted> = keys
+        .iter()
+        .zip(&requests)
+        .map(|(key, request)| budgeted(AGENT, key, request))
+        .collect();
+    let answers = db.store.register_budgeted_batch(&batch).await.unwrap();
+    let (before, after) = (created(&answers[0]), created(&answers[2]));
+    let failed = answers[1].as_ref().unwrap_err();
+    assert!(failed.to_string().contains("23514"), "{failed}");
+    let stored: HashSet<Uuid> = db
+        .sql()
+        .await
+        .query("SELECT operation_id FROM operations", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(stored, HashSet::from([before, after]));
+    assert_eq!(
+        spent_by_agent(&db).await,
+        [(AGENT.to_owned(), Decimal::new(20_000, 2))],
+        "the refused one spent nothing"
+    );
 }

@@ -44,6 +44,8 @@ pub struct AppState {
     limiters: rate_limits::AgentLimiters,
     /// Group commit for registrations; `None` registers each request on its own.
     batcher: Option<group_commit::RegistrationBatcher>,
+    /// Group commit for budgeted registrations, on the same connections.
+    budgeted_batcher: Option<group_commit::BudgetedBatcher>,
     pub executor_waker: wakeups::ExecutorWaker,
     pub settled: wakeups::SettledOperations,
 }
@@ -112,6 +114,7 @@ pub fn serve(
     // its own executor waker (the one here wakes them when nothing is group-committed).
     let shared = AppState {
         batcher: None,
+        budgeted_batcher: None,
         executor_waker: wakeups::ExecutorWaker::spawn(store.clone()),
         settled: wakeups::SettledOperations::spawn(config.database_url.clone()),
         store,
@@ -140,6 +143,11 @@ pub fn serve(
             // lone registration waited for two more threads to be scheduled before its
             // NOTIFY left (`Prefer: wait`'s p50, alternated runs: docs/architecture.md).
             state.executor_waker = wakeups::ExecutorWaker::spawn(store.clone());
+            state.budgeted_batcher = Some(group_commit::spawn_budgeted(
+                store.clone(),
+                pool.max_connections,
+                *max_batch,
+            ));
             state.batcher = Some(group_commit::spawn(store, pool.max_connections, *max_batch));
         }
         let state = web::Data::new(state);

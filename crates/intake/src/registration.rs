@@ -8,7 +8,7 @@
 use opgate_catalog::{Catalog, DeclaredKind};
 use opgate_domain::{BuiltinKind, IdempotencyKey, OperationRequest};
 use opgate_store::{
-    BatchAnswer, BudgetedRegistration, NewOperation, NewRefund, OperationRecord,
+    BatchAnswer, BudgetedRegistration, NewOperation, NewRefund, OperationRecord, PendingBudgeted,
     PendingRegistration, Registration,
 };
 use opgate_telemetry::metrics;
@@ -249,9 +249,10 @@ async fn prepare(
     })
 }
 
-/// The write: budgeted, group-committed or on its own for a plain request; the refund
-/// transaction for a refund. `None`: the agent was remembered, and this write could not
-/// confirm it (only the group-committed statement checks the agent's row).
+/// The write: group-committed (budgeted ones in batches of their own) or on its own for
+/// a plain request; the refund transaction for a refund. `None`: the agent was
+/// remembered, and this write could not confirm it (only the group-committed statement
+/// checks the agent's row).
 async fn write(
     state: &AppState,
     agent: &AuthenticatedAgent,
@@ -293,7 +294,15 @@ async fn write(
     Ok(Some(match (budget, &state.batcher) {
         (Some(_), _) if agent.remembered.is_some() => return Ok(None),
         (Some((money, budget)), _) => {
-            match state.store.register_within_budget(&new, budget).await? {
+            let registered = match &state.budgeted_batcher {
+                Some(batcher) => {
+                    batcher
+                        .submit(PendingBudgeted::from_new(&new, budget))
+                        .await?
+                }
+                None => state.store.register_within_budget(&new, budget).await,
+            };
+            match registered? {
                 BudgetedRegistration::Registered(registration) => registration,
                 BudgetedRegistration::Exceeded { frees_at, .. } => {
                     let retry_after =

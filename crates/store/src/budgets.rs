@@ -2,15 +2,16 @@
 //! transaction, lock the agent's row (every budgeted registration of the agent queues
 //! on it), answer a replay, and insert the operation only if what the agent has spent
 //! in that currency over the last 24 hours (money-moving operations, not refunds, not
-//! FAILED) plus this amount stays within the budget. Intake's group commit does not
-//! batch these: a batch would need each row to see the ones before it. On one node the
-//! transaction is sent as one round trip (`budget_in_one_trip.rs`); on Citus, step by
-//! step here.
+//! FAILED) plus this amount stays within the budget. Intake's group commit batches these
+//! apart from other registrations (`budget_batch.rs`): each needs to see the ones before
+//! it, so a batch is one statement per registration in one transaction rather than one
+//! statement for all. On one node the transaction is sent as one round trip
+//! (`budget_in_one_trip.rs`); on Citus, step by step here.
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 
-use crate::budget_in_one_trip::register_in_one_trip;
+use crate::budget_in_one_trip::{register_in_one_trip, Budgeted};
 use crate::error::StoreError;
 use crate::operations::{
     insert_operation, operation_from_row, Layout, NewOperation, Registration,
@@ -98,11 +99,22 @@ impl Store {
         if layout == Layout::Distributed {
             return self.register_within_budget_in_steps(new, budget).await;
         }
-        let answer = register_in_one_trip(&self.client().await?, new, budget).await?;
+        let batch = [Budgeted { new: *new, budget }];
+        let answer = register_in_one_trip(&self.client().await?, &batch).await?;
+        self.key_taken_meanwhile(new, answer.into_iter().next().flatten())
+            .await
+    }
+
+    /// `answer`, or for `None` (the key was taken meanwhile by a registration that
+    /// does not queue on the agent: a refund under the same key) the registration
+    /// answered as any whose key exists.
+    pub(crate) async fn key_taken_meanwhile(
+        &self,
+        new: &NewOperation<'_>,
+        answer: Option<BudgetedRegistration>,
+    ) -> Result<BudgetedRegistration, StoreError> {
         match answer {
             Some(answer) => Ok(answer),
-            // The key was taken meanwhile by a registration that does not queue on the
-            // agent (a refund under the same key): answered as any reused key is.
             None => Ok(BudgetedRegistration::Registered(
                 self.register_operation(new).await?,
             )),

@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::error::StoreError;
 use crate::pool::Store;
 
+#[derive(Clone, Copy)]
 pub struct NewOperation<'a> {
     pub operation_id: Uuid,
     pub agent_id: &'a str,
