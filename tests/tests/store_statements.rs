@@ -535,26 +535,35 @@ async fn a_budgeted_batch_registers_in_order_each_seeing_the_ones_before_it() {
     let db = TestDb::create().await;
     db.create_agent(AGENT, &["--daily-budget", "USD:1000.00"]);
     db.create_agent(OTHER, &["--daily-budget", "USD:1000.00"]);
-    let keys =
-        ["first", "too-much", "fits", "other-agent"].map(|k| IdempotencyKey::parse(k).unwrap());
-    let [first, too_much, fits, other] = &keys;
-    let (six, four, nine) = (
+    let stored_id = register(&db, "stored").await;
+    let keys = ["first", "too-much", "fits", "other-agent", "stored"]
+        .map(|k| IdempotencyKey::parse(k).unwrap());
+    let [first, too_much, fits, other, stored] = &keys;
+    let (six, four, nine, ten) = (
         payment("first", "600.00"),
         payment("fits", "400.00"),
         payment("other", "900.00"),
+        payment("stored", "10.00"),
     );
+    // Above its approval threshold: counted, waiting, not enqueued.
+    let awaiting = NewOperation {
+        agent_id: OTHER,
+        awaiting_approval_for: Some(Duration::from_secs(3600)),
+        ..new_operation(other, &nine)
+    };
     let batch = [
         budgeted(AGENT, first, &six),
-        budgeted(OTHER, other, &nine),
+        PendingBudgeted::from_new(&awaiting, Decimal::new(100_000, 2)),
         budgeted(AGENT, too_much, &six),
         budgeted(AGENT, fits, &four),
         budgeted(AGENT, first, &six),
         budgeted(AGENT, first, &four),
+        budgeted(AGENT, stored, &ten),
     ];
     let answers = db.store.register_budgeted_batch(&batch).await.unwrap();
     assert_eq!(answers.len(), batch.len());
     let first_id = created(&answers[0]);
-    created(&answers[1]);
+    let awaiting_id = created(&answers[1]);
     match &answers[2] {
         Ok(BudgetedRegistration::Exceeded { spent, .. }) => {
             assert_eq!(
@@ -580,12 +589,39 @@ async fn a_budgeted_batch_registers_in_order_each_seeing_the_ones_before_it() {
         "the first key with another amount: {:?}",
         answers[5]
     );
+    match &answers[6] {
+        Ok(BudgetedRegistration::Registered(Registration::Replayed(record))) => {
+            assert_eq!(record.operation_id, stored_id)
+        }
+        other => panic!("a key stored before the batch: expected its replay, got {other:?}"),
+    }
     let counts = db.counts().await;
-    assert_eq!((counts.operations, counts.outbox), (3, 3));
-    let transactions = db
-        .sql()
+    assert_eq!(
+        (counts.operations, counts.outbox),
+        (4, 3),
+        "the one stored before, three new, one of them awaiting approval"
+    );
+    let sql = db.sql().await;
+    let reason = sql
+        .query_one(
+            "SELECT o.status, e.reason FROM operations o JOIN operation_events e USING (operation_id)
+             WHERE o.operation_id = $1",
+            &[&awaiting_id],
+        )
         .await
-        .query_one("SELECT count(DISTINCT xmin::text) FROM operations", &[])
+        .unwrap();
+    assert_eq!(
+        (reason.get::<_, String>(0), reason.get::<_, String>(1)),
+        (
+            "AWAITING_APPROVAL".to_owned(),
+            "registered; awaiting approval".to_owned()
+        )
+    );
+    let transactions = sql
+        .query_one(
+            "SELECT count(DISTINCT xmin::text) FROM operations WHERE operation_id <> $1",
+            &[&stored_id],
+        )
         .await
         .unwrap();
     assert_eq!(

@@ -143,11 +143,7 @@ pub fn serve(
             // lone registration waited for two more threads to be scheduled before its
             // NOTIFY left (`Prefer: wait`'s p50, alternated runs: docs/architecture.md).
             state.executor_waker = wakeups::ExecutorWaker::spawn(store.clone());
-            state.budgeted_batcher = Some(group_commit::spawn_budgeted(
-                store.clone(),
-                pool.max_connections,
-                *max_batch,
-            ));
+            state.budgeted_batcher = Some(group_commit::spawn_budgeted(store.clone(), *max_batch));
             state.batcher = Some(group_commit::spawn(store, pool.max_connections, *max_batch));
         }
         let state = web::Data::new(state);

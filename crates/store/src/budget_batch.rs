@@ -1,9 +1,10 @@
 //! Group commit for budgeted registrations. One at a time, each budgeted registration
 //! of an agent holds the agent's lock through its own commit, so an agent's
 //! registrations were one per commit (about 1,000/s here, a seventh of its unbudgeted
-//! rate). A batch takes the lock once, runs each registration's statement in turn, and
-//! commits once (`budget_in_one_trip.rs`): every registration still sees the spending
-//! and keys of the ones before it, so exactly what fits is accepted, in queue order.
+//! rate). A batch takes the locks once, decides every registration in queue order
+//! from one read of the spending, writes the accepted ones with one statement and
+//! commits once (`budget_batch_trip.rs`): each registration is still judged as if it
+//! had run alone after the ones before it, so exactly what fits is accepted.
 //!
 //! A batch that the database refuses (an error it reports, which rolled the whole
 //! transaction back) is run again one registration at a time, so a registration that
@@ -17,7 +18,7 @@ use opgate_domain::{IdempotencyKey, OperationRequest};
 use rust_decimal::Decimal;
 use uuid::Uuid;
 
-use crate::budget_in_one_trip::{register_in_one_trip, Budgeted};
+use crate::budget_batch_trip::{register_batch_in_two_trips, Budgeted};
 use crate::budgets::BudgetedRegistration;
 use crate::error::StoreError;
 use crate::operations::{Layout, NewOperation};
@@ -102,7 +103,7 @@ impl Store {
                 budget: pending.budget,
             })
             .collect();
-        let answers = register_in_one_trip(&self.client().await?, &items).await?;
+        let answers = register_batch_in_two_trips(&self.client().await?, &items).await?;
         let mut registered = Vec::with_capacity(batch.len());
         for (item, answer) in items.iter().zip(answers) {
             registered.push(self.key_taken_meanwhile(&item.new, answer).await);

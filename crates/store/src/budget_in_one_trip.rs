@@ -1,19 +1,14 @@
-//! Budgeted registrations on one node in one round trip: BEGIN, the agents' locks, for
-//! each registration one statement that reads the window, answers a replay and writes
-//! the operation, its outbox and audit events and its spending, and COMMIT, sent
-//! together (pipelined on one connection). Done step by step (`budgets.rs`, kept for Citus) it took seven
+//! A budgeted registration on one node in one round trip: BEGIN, the agent's lock, one
+//! statement that reads the window, answers a replay and writes the operation, its
+//! outbox and audit events and its spending, and COMMIT, sent together (pipelined on
+//! one connection). Done step by step (`budgets.rs`, kept for Citus) it took seven
 //! round trips, five of them with the agent's lock held; since every budgeted
 //! registration of an agent queues on that lock, the round trips were its ceiling.
 
-use std::future::Future;
-use std::pin::Pin;
-
-use futures_util::future::join_all;
 use rust_decimal::Decimal;
-use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use crate::budgets::{spent_in_window, BudgetedRegistration, LOCK_AGENT};
+use crate::budgets::{budget_events, spent_in_window, BudgetedRegistration, LOCK_AGENT};
 use crate::error::StoreError;
 use crate::operations::{
     operation_columns, operation_from_row, NewOperation, Registration, RowValues,
@@ -49,17 +44,9 @@ pub(crate) const REGISTER_WITHIN_BUDGET: &str = concat!(
         RETURNING ",
     operation_columns!(),
     ", trace_context
-    ), outbox_event AS (
-        INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
-        SELECT operation_id, agent_id, 'execute', trace_context FROM inserted
-        WHERE status = 'PENDING'
-    ), audit_event AS (
-        INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
-        SELECT operation_id, agent_id, NULL, status, $9::text,
-               CASE WHEN status = 'PENDING' THEN 'registered'
-                    ELSE 'registered; awaiting approval' END
-        FROM inserted
-    ), spending AS (
+    ), ",
+    budget_events!("$9::text"),
+    ", spending AS (
         INSERT INTO agent_spend (agent_id, currency, hour, amount)
         SELECT agent_id, currency, date_trunc('hour', now() AT TIME ZONE 'UTC'), amount
         FROM inserted
@@ -78,108 +65,47 @@ pub(crate) const REGISTER_WITHIN_BUDGET: &str = concat!(
     ) AS found ON true"
 );
 
-/// One request of the pipeline: a registration's row, or nothing for the others.
-type Request<'a> =
-    Pin<Box<dyn Future<Output = Result<Option<Row>, tokio_postgres::Error>> + Send + 'a>>;
-
-/// One budgeted registration, as the statement takes it.
-pub(crate) struct Budgeted<'a> {
-    pub new: NewOperation<'a>,
-    pub budget: Decimal,
-}
-
-/// What the statement found for each registration, in order: the answer, or `None`
-/// when the key was taken meanwhile (the caller answers it as any registration whose
-/// key exists).
-///
-/// All in one transaction, sent together: BEGIN, the lock of every agent the batch
-/// names (in a fixed order, so two batches never wait for each other in a cycle), one
-/// `REGISTER_WITHIN_BUDGET` per registration, COMMIT. The statements run in the order
-/// sent, each seeing the spending and keys of the ones before it, exactly as if each
-/// had its own transaction; the agent's lock is taken, and the commit waited for, once
-/// for the batch rather than once for each registration.
+/// What the statement found: the answer, or `None` when the key was taken meanwhile
+/// (the caller answers it as any registration whose key exists).
 pub(crate) async fn register_in_one_trip(
     client: &deadpool_postgres::Object,
-    batch: &[Budgeted<'_>],
-) -> Result<Vec<Option<BudgetedRegistration>>, StoreError> {
-    let amounts = batch
-        .iter()
-        .map(|item| {
-            item.new
-                .request
-                .money()
-                .ok_or_else(|| StoreError::Corrupt("a budgeted operation without money".into()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let values: Vec<RowValues> = batch
-        .iter()
-        .zip(&amounts)
-        .map(|(item, money)| {
-            let money = (money.amount(), money.currency().code().to_owned());
-            RowValues::new(
-                &item.new,
-                item.new.request.fields(),
-                item.new.provider,
-                Some(money),
-            )
-        })
-        .collect();
-    let approvals: Vec<Option<f64>> = batch
-        .iter()
-        .map(|item| item.new.awaiting_approval_for.map(crate::execution::millis))
-        .collect();
-    let rests: Vec<[&(dyn ToSql + Sync); 2]> = approvals
-        .iter()
-        .zip(batch)
-        .map(|(approval_ms, item)| [approval_ms as _, &item.budget as _])
-        .collect();
-    let params: Vec<_> = values
-        .iter()
-        .zip(&rests)
-        .map(|(values, rest)| values.params_with(rest))
-        .collect();
-    let mut agents: Vec<&str> = batch.iter().map(|item| item.new.agent_id).collect();
-    agents.sort_unstable();
-    agents.dedup();
-    // Prepared before the pipeline (once per connection), so that every request below
-    // is sent on the first poll: none waits for another's answer.
+    new: &NewOperation<'_>,
+    budget: Decimal,
+) -> Result<Option<BudgetedRegistration>, StoreError> {
+    let money = new
+        .request
+        .money()
+        .ok_or_else(|| StoreError::Corrupt("a budgeted operation without money".into()))?;
+    let amount = money.amount();
+    let values = RowValues::new(
+        new,
+        new.request.fields(),
+        new.provider,
+        Some((amount, money.currency().code().to_owned())),
+    );
+    let approval_ms = new.awaiting_approval_for.map(crate::execution::millis);
+    // Prepared before the pipeline (once per connection), so that the four requests
+    // below are all sent on the first poll: none waits for another's answer.
     let lock = client.prepare_cached(LOCK_AGENT).await?;
     let register = client.prepare_cached(REGISTER_WITHIN_BUDGET).await?;
+    let rest: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&approval_ms, &budget];
+    let params = values.params_with(&rest);
     // If a statement fails, the transaction is aborted and the COMMIT that follows it
     // in the pipeline ends it as a rollback: the connection goes back idle either way.
     // Every answer is awaited, and the first error in pipeline order is the cause (a
-    // later one only says the transaction was aborted). `join_all` polls in order, so
-    // the requests leave in this order.
-    let mut pipeline: Vec<Request> = Vec::with_capacity(agents.len() + batch.len() + 2);
-    pipeline.push(Box::pin(async {
-        client.batch_execute("BEGIN").await.map(|_| None)
-    }));
-    for agent in &agents {
-        let lock = &lock;
-        pipeline.push(Box::pin(async move {
-            client.execute(lock, &[agent]).await.map(|_| None)
-        }));
-    }
-    for params in &params {
-        let register = &register;
-        pipeline.push(Box::pin(async move {
-            client.query_one(register, params).await.map(Some)
-        }));
-    }
-    pipeline.push(Box::pin(async {
-        client.batch_execute("COMMIT").await.map(|_| None)
-    }));
-    let mut rows = Vec::with_capacity(batch.len());
-    for answer in join_all(pipeline).await {
-        if let Some(row) = answer? {
-            rows.push(row);
-        }
-    }
-    rows.iter()
-        .zip(batch)
-        .zip(&amounts)
-        .map(|((row, item), money)| answer(row, &item.new, money.amount(), item.budget))
-        .collect()
+    // later one only says the transaction was aborted).
+    let agent: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&new.agent_id];
+    let (begin, locked, registered, commit) = tokio::join!(
+        client.batch_execute("BEGIN"),
+        client.execute(&lock, &agent),
+        client.query_one(&register, &params),
+        client.batch_execute("COMMIT"),
+    );
+    begin?;
+    locked?;
+    let row = registered?;
+    commit?;
+    answer(&row, new, amount, budget)
 }
 
 fn answer(

@@ -11,7 +11,7 @@
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 
-use crate::budget_in_one_trip::{register_in_one_trip, Budgeted};
+use crate::budget_in_one_trip::register_in_one_trip;
 use crate::error::StoreError;
 use crate::operations::{
     insert_operation, operation_from_row, Layout, NewOperation, Registration,
@@ -57,6 +57,30 @@ macro_rules! spent_in_window {
 }
 pub(crate) use spent_in_window;
 
+/// The CTEs that follow a budgeted `inserted` (with `status` and `trace_context`):
+/// the outbox event of each operation not awaiting approval, and the audit event of
+/// each, by `$actor`. `budget_events!("$actor")`, for both budgeted statements.
+macro_rules! budget_events {
+    ($actor:literal) => {
+        concat!(
+            "outbox_event AS (
+        INSERT INTO outbox (operation_id, agent_id, event_type, trace_context)
+        SELECT operation_id, agent_id, 'execute', trace_context FROM inserted
+        WHERE status = 'PENDING'
+    ), audit_event AS (
+        INSERT INTO operation_events (operation_id, agent_id, from_status, to_status, actor, reason)
+        SELECT operation_id, agent_id, NULL, status, ",
+            $actor,
+            ",
+               CASE WHEN status = 'PENDING' THEN 'registered'
+                    ELSE 'registered; awaiting approval' END
+        FROM inserted
+    )"
+        )
+    };
+}
+pub(crate) use budget_events;
+
 const SPENT_IN_WINDOW: &str = spent_in_window!("$1", "$2");
 
 /// Counts the amount in this hour's row, and marks the operation as counted (so that
@@ -99,10 +123,8 @@ impl Store {
         if layout == Layout::Distributed {
             return self.register_within_budget_in_steps(new, budget).await;
         }
-        let batch = [Budgeted { new: *new, budget }];
-        let answer = register_in_one_trip(&self.client().await?, &batch).await?;
-        self.key_taken_meanwhile(new, answer.into_iter().next().flatten())
-            .await
+        let answer = register_in_one_trip(&self.client().await?, new, budget).await?;
+        self.key_taken_meanwhile(new, answer).await
     }
 
     /// `answer`, or for `None` (the key was taken meanwhile by a registration that
