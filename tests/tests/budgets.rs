@@ -128,6 +128,39 @@ async fn two_agents_racing_with_every_key_sent_twice_each_spend_exactly_their_bu
     assert_eq!(db.counts().await.operations, 10);
 }
 
+/// An agent intake remembers is not read again for its next payment, but the budget
+/// that payment is judged against is the one in force: lowered meanwhile, the lower
+/// one refuses it.
+#[tokio::test]
+async fn a_budget_lowered_meanwhile_refuses_the_next_payment_of_a_remembered_agent() {
+    let db = TestDb::create().await;
+    let key = db.create_agent("spender", &BUDGETED);
+    let intake = Intake::start(&db.url).await;
+    let client = reqwest::Client::new();
+    for i in 0..2 {
+        let reply = pay(&client, &intake, &key, "cus_ok", &format!("before-{i}")).await;
+        assert_eq!(reply.status, 202, "{}", reply.body);
+    }
+    opgate_e2e::opgate(
+        &db.url,
+        &[
+            "agents",
+            "update",
+            "spender",
+            "--daily-budget",
+            "USD:2500.00",
+        ],
+    )
+    .success();
+    let refused = pay(&client, &intake, &key, "cus_ok", "after").await;
+    refused.assert_problem(403);
+    assert!(refused.body["type"]
+        .as_str()
+        .unwrap()
+        .ends_with("budget-exceeded"));
+    assert_eq!(db.counts().await.operations, 2);
+}
+
 #[tokio::test]
 async fn a_failed_payment_frees_its_headroom_and_refunds_do_not_spend() {
     let db = TestDb::create().await;

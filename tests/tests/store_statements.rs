@@ -676,3 +676,74 @@ async fn a_budgeted_batch_member_that_fails_fails_alone() {
         "the refused one spent nothing"
     );
 }
+
+/// A budgeted registration by an agent intake remembers is written, or answered from a
+/// stored operation, only while the agent's row is the version intake read: checked
+/// under the agent's lock, in the batch's transaction, alone or with others. After a
+/// budget change each is unconfirmed with nothing written.
+#[tokio::test]
+async fn a_checked_budgeted_registration_is_written_only_while_the_agents_row_is_as_read() {
+    let db = TestDb::create().await;
+    let key = db.create_agent(AGENT, &["--daily-budget", "USD:1000.00"]);
+    let key_id = key.split('_').nth(1).unwrap().to_owned();
+    let read = db
+        .store
+        .find_agent_request_context(&key_id, None)
+        .await
+        .unwrap()
+        .unwrap()
+        .row_version
+        .unwrap();
+    let keys = ["alone", "current", "stale"].map(|k| IdempotencyKey::parse(k).unwrap());
+    let requests = keys.each_ref().map(|k| payment(k.as_str(), "100.00"));
+    let checked = |index: usize, row_version: i64| {
+        budgeted(AGENT, &keys[index], &requests[index]).checked_against(AgentCheck {
+            key_id: key_id.clone(),
+            row_version,
+        })
+    };
+    let alone = db
+        .store
+        .register_budgeted_batch(&[checked(0, read)])
+        .await
+        .unwrap();
+    let alone_id = created(&alone[0]);
+    let answers = db
+        .store
+        .register_budgeted_batch(&[checked(1, read), checked(2, read - 1), checked(0, read - 1)])
+        .await
+        .unwrap();
+    created(&answers[0]);
+    for (index, answer) in answers.iter().enumerate().skip(1) {
+        assert!(
+            matches!(answer, Ok(BudgetedRegistration::Unconfirmed)),
+            "another version ({index}): {answer:?}"
+        );
+    }
+    assert_eq!(db.counts().await.operations, 2);
+
+    opgate_e2e::opgate(
+        &db.url,
+        &["agents", "update", AGENT, "--daily-budget", "USD:150.00"],
+    )
+    .success();
+    let before = db.counts().await;
+    let after_change = db
+        .store
+        .register_budgeted_batch(&[checked(2, read), checked(0, read)])
+        .await
+        .unwrap();
+    for answer in &after_change {
+        assert!(
+            matches!(answer, Ok(BudgetedRegistration::Unconfirmed)),
+            "after a budget change: {answer:?}"
+        );
+    }
+    assert_eq!(
+        db.counts().await,
+        before,
+        "an unconfirmed registration wrote"
+    );
+    let stored = db.store.find_operation(alone_id).await.unwrap().unwrap();
+    assert_eq!(stored.operation_id, alone_id);
+}

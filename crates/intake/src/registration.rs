@@ -251,8 +251,8 @@ async fn prepare(
 
 /// The write: group-committed (budgeted ones in batches of their own) or on its own for
 /// a plain request; the refund transaction for a refund. `None`: the agent was
-/// remembered, and this write could not confirm it (only the group-committed statement
-/// checks the agent's row).
+/// remembered, and this write could not confirm it (only the group-committed ones check
+/// the agent's row).
 async fn write(
     state: &AppState,
     agent: &AuthenticatedAgent,
@@ -292,18 +292,23 @@ async fn write(
         .money()
         .and_then(|money| agent.policy.daily_budget_for(money).map(|b| (money, b)));
     Ok(Some(match (budget, &state.batcher) {
-        (Some(_), _) if agent.remembered.is_some() => return Ok(None),
         (Some((money, budget)), _) => {
-            let registered = match &state.budgeted_batcher {
-                Some(batcher) => {
-                    batcher
-                        .submit(PendingBudgeted::from_new(&new, budget))
-                        .await?
+            // A remembered agent is confirmed by the batch, under the agent's lock.
+            let registered = match (&state.budgeted_batcher, &agent.remembered) {
+                (Some(batcher), check) => {
+                    let pending = PendingBudgeted::from_new(&new, budget);
+                    let pending = match check {
+                        Some(check) => pending.checked_against(check.clone()),
+                        None => pending,
+                    };
+                    batcher.submit(pending).await?
                 }
-                None => state.store.register_within_budget(&new, budget).await,
+                (None, Some(_)) => return Ok(None),
+                (None, None) => state.store.register_within_budget(&new, budget).await,
             };
             match registered? {
                 BudgetedRegistration::Registered(registration) => registration,
+                BudgetedRegistration::Unconfirmed => return Ok(None),
                 BudgetedRegistration::Exceeded { frees_at, .. } => {
                     let retry_after =
                         frees_at.map(|at| (at - chrono::Utc::now()).num_seconds().max(1) as u64);

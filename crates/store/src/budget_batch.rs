@@ -23,6 +23,7 @@ use crate::budgets::BudgetedRegistration;
 use crate::error::StoreError;
 use crate::operations::{Layout, NewOperation};
 use crate::pool::Store;
+use crate::registration_batch::AgentCheck;
 
 /// A budgeted registration that can wait in a queue (owns its values).
 #[derive(Debug, Clone)]
@@ -35,6 +36,7 @@ pub struct PendingBudgeted {
     awaiting_approval_for: Option<Duration>,
     trace_context: Option<String>,
     budget: Decimal,
+    agent_check: Option<AgentCheck>,
 }
 
 impl PendingBudgeted {
@@ -50,7 +52,16 @@ impl PendingBudgeted {
             awaiting_approval_for: new.awaiting_approval_for,
             trace_context: new.trace_context.map(str::to_owned),
             budget,
+            agent_check: None,
         }
+    }
+
+    /// Registered, and answered from a stored operation, only while the agent's row is
+    /// as `check` says, as in the plain batch (`PendingRegistration::checked_against`):
+    /// the policy the budget came from is the one in force. Otherwise `Unconfirmed`.
+    pub fn checked_against(mut self, check: AgentCheck) -> Self {
+        self.agent_check = Some(check);
+        self
     }
 
     fn new_operation(&self) -> NewOperation<'_> {
@@ -75,7 +86,8 @@ impl Store {
         &self,
         batch: &[PendingBudgeted],
     ) -> Result<Vec<Result<BudgetedRegistration, StoreError>>, StoreError> {
-        if batch.len() > 1 && self.layout().await? == Layout::Single {
+        let checked = batch.iter().any(|pending| pending.agent_check.is_some());
+        if (batch.len() > 1 || checked) && self.layout().await? == Layout::Single {
             match self.register_together(batch).await {
                 Err(StoreError::Query(error)) => {
                     let (size, error) = (batch.len(), StoreError::Query(error));
@@ -86,6 +98,12 @@ impl Store {
         }
         let mut answers = Vec::with_capacity(batch.len());
         for pending in batch {
+            // Alone, nothing reads the agent's row to confirm it (on Citus each node
+            // keeps its own copy of it): the caller reads the agent and comes back.
+            if pending.agent_check.is_some() {
+                answers.push(Ok(BudgetedRegistration::Unconfirmed));
+                continue;
+            }
             let new = pending.new_operation();
             answers.push(self.register_within_budget(&new, pending.budget).await);
         }
@@ -101,6 +119,7 @@ impl Store {
             .map(|pending| Budgeted {
                 new: pending.new_operation(),
                 budget: pending.budget,
+                check: pending.agent_check.as_ref(),
             })
             .collect();
         let answers = register_batch_in_two_trips(&self.client().await?, &items).await?;

@@ -18,17 +18,30 @@ use rust_decimal::Decimal;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
+use crate::agents::key_id_accepted;
 use crate::budget_walk::{decide, Candidate, Decision, Window};
 use crate::budgets::{budget_events, spent_in_window, BudgetedRegistration};
 use crate::error::StoreError;
 use crate::operations::{
     operation_columns, operation_from_row, NewOperation, OperationRecord, Registration,
 };
+use crate::registration_batch::AgentCheck;
 
 /// `LOCK_AGENT` for every agent in $1, locked in `agent_id` order (the row locks are
 /// taken above the sort), so two batches never wait for each other in a cycle.
 const LOCK_AGENTS: &str =
     "SELECT 1 FROM agents WHERE agent_id = ANY($1::text[]) ORDER BY agent_id FOR NO KEY UPDATE";
+
+/// Which of the checks in $1 (agents), $2 (key ids), $3 (row versions) the agents'
+/// rows confirm, by place (from 1): the row is still the version intake read, and
+/// accepts the key id. Read after the locks, so no change can commit before the batch.
+const CONFIRM_AGENTS: &str = concat!(
+    "SELECT c.n FROM unnest($1::text[], $2::text[], $3::bigint[])
+        WITH ORDINALITY AS c(agent_id, key_id, row_version, n)
+     JOIN agents a ON a.agent_id = c.agent_id AND a.xmin::text::bigint = c.row_version
+     WHERE ",
+    key_id_accepted!("a.", "c.key_id")
+);
 
 /// The window of each (agent, currency) pair in $1, $2, by its place in them (from 1).
 const READ_WINDOWS: &str = concat!(
@@ -109,6 +122,8 @@ const INSERT_ACCEPTED: &str = concat!(
 pub(crate) struct Budgeted<'a> {
     pub new: NewOperation<'a>,
     pub budget: Decimal,
+    /// The agent's row as intake remembers it, to be confirmed under the lock.
+    pub check: Option<&'a AgentCheck>,
 }
 
 /// Each registration's answer in order, or `None` when its key was taken meanwhile by
@@ -131,7 +146,7 @@ async fn register(
     client: &deadpool_postgres::Object,
     batch: &[Budgeted<'_>],
 ) -> Result<Vec<Option<BudgetedRegistration>>, StoreError> {
-    let candidates = batch
+    let mut candidates = batch
         .iter()
         .map(|item| {
             let money =
@@ -144,10 +159,11 @@ async fn register(
                 currency: money.currency().code(),
                 amount: money.amount(),
                 budget: item.budget,
+                confirmed: item.check.is_none(),
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
-    let (windows, stored) = lock_and_read(client, &candidates).await?;
+    let (windows, stored) = lock_and_read(client, batch, &mut candidates).await?;
     let decisions = decide(&candidates, windows, &stored).map_err(StoreError::Corrupt)?;
     let inserted = insert_and_commit(client, batch, &decisions).await?;
     Ok(answers(batch, decisions, &inserted))
@@ -156,10 +172,12 @@ async fn register(
 type Windows<'a> = HashMap<(&'a str, &'a str), Window>;
 type Stored<'a> = HashMap<(&'a str, &'a str), OperationRecord>;
 
-/// BEGIN, the agents' locks and both reads, sent together.
+/// BEGIN, the agents' locks, the confirmation of the checked registrations and both
+/// reads, sent together; marks each confirmed candidate.
 async fn lock_and_read<'a>(
     client: &deadpool_postgres::Object,
-    candidates: &[Candidate<'a>],
+    batch: &[Budgeted<'_>],
+    candidates: &mut [Candidate<'a>],
 ) -> Result<(Windows<'a>, Stored<'a>), StoreError> {
     let mut agents: Vec<&str> = candidates.iter().map(|c| c.agent_id).collect();
     agents.sort_unstable();
@@ -173,24 +191,39 @@ async fn lock_and_read<'a>(
     let (window_agents, currencies): (Vec<&str>, Vec<&str>) = pairs.iter().copied().unzip();
     let key_agents: Vec<&str> = candidates.iter().map(|c| c.agent_id).collect();
     let keys: Vec<&str> = candidates.iter().map(|c| c.key).collect();
+    let checked: Vec<(usize, &str, &AgentCheck)> = batch
+        .iter()
+        .enumerate()
+        .filter_map(|(index, item)| Some((index, item.new.agent_id, item.check?)))
+        .collect();
+    let check_agents: Vec<&str> = checked.iter().map(|(_, agent, _)| *agent).collect();
+    let check_keys: Vec<&str> = checked.iter().map(|(_, _, c)| c.key_id.as_str()).collect();
+    let check_versions: Vec<i64> = checked.iter().map(|(_, _, c)| c.row_version).collect();
     // Prepared before the pipeline (once per connection), so that every request below
     // is sent on the first poll: none waits for another's answer.
     let lock = client.prepare_cached(LOCK_AGENTS).await?;
+    let confirm = client.prepare_cached(CONFIRM_AGENTS).await?;
     let read_windows = client.prepare_cached(READ_WINDOWS).await?;
     let read_existing = client.prepare_cached(READ_EXISTING).await?;
     let lock_params: [&(dyn ToSql + Sync); 1] = [&agents];
+    let check_params: [&(dyn ToSql + Sync); 3] = [&check_agents, &check_keys, &check_versions];
     let window_params: [&(dyn ToSql + Sync); 2] = [&window_agents, &currencies];
     let key_params: [&(dyn ToSql + Sync); 2] = [&key_agents, &keys];
     // Polled in order, so sent in order; every answer is awaited, and the first error
     // in pipeline order is the cause (a later one only says the transaction aborted).
-    let (begin, locked, windows, existing) = tokio::join!(
+    let (begin, locked, confirmed, windows, existing) = tokio::join!(
         client.batch_execute("BEGIN"),
         client.execute(&lock, &lock_params),
+        client.query(&confirm, &check_params),
         client.query(&read_windows, &window_params),
         client.query(&read_existing, &key_params),
     );
     begin?;
     locked?;
+    for row in confirmed? {
+        let &(index, _, _) = sent_at(&checked, row.get("n"))?;
+        candidates[index].confirmed = true;
+    }
     let windows = windows?
         .iter()
         .map(|row| {
@@ -328,6 +361,7 @@ fn answers(
             Decision::Exceeded { spent, frees_at } => {
                 Some(BudgetedRegistration::Exceeded { spent, frees_at })
             }
+            Decision::Unconfirmed => Some(BudgetedRegistration::Unconfirmed),
         })
         .collect()
 }

@@ -19,6 +19,8 @@ pub(crate) struct Candidate<'a> {
     pub currency: &'a str,
     pub amount: Decimal,
     pub budget: Decimal,
+    /// Not checked against the agent's row, or checked and confirmed by it.
+    pub confirmed: bool,
 }
 
 /// An agent's spending in one currency over the window, as read under its lock.
@@ -46,6 +48,8 @@ pub(crate) enum Decision {
     Stored(OperationRecord),
     /// The key was accepted earlier in the batch, by the registration at this index.
     SameKeyAs(usize),
+    /// Its agent's row did not confirm it: nothing written, nothing answered from it.
+    Unconfirmed,
 }
 
 /// `candidates` in order; `windows` by (agent, currency) and `stored` by (agent, key)
@@ -58,6 +62,10 @@ pub(crate) fn decide<'a>(
     let mut accepted: HashMap<(&str, &str), usize> = HashMap::new();
     let mut decisions = Vec::with_capacity(candidates.len());
     for (index, candidate) in candidates.iter().enumerate() {
+        if !candidate.confirmed {
+            decisions.push(Decision::Unconfirmed);
+            continue;
+        }
         let key = (candidate.agent_id, candidate.key);
         if let Some(record) = stored.get(&key) {
             decisions.push(Decision::Stored(record.clone()));
@@ -100,6 +108,7 @@ mod tests {
             currency: "USD",
             amount: Decimal::from(amount),
             budget: Decimal::from(100),
+            confirmed: true,
         }
     }
 
@@ -187,6 +196,24 @@ mod tests {
         assert_eq!(decisions[1], Decision::Insert);
         assert_eq!(decisions[2], Decision::SameKeyAs(1));
         assert_eq!(decisions[3], Decision::Insert, "the refused key is free");
+    }
+
+    #[test]
+    fn an_unconfirmed_registration_takes_no_key_and_reserves_nothing() {
+        let unconfirmed = Candidate {
+            confirmed: false,
+            ..candidate("a", "k1", 60)
+        };
+        let batch = [
+            unconfirmed,
+            candidate("a", "k1", 60),
+            candidate("a", "k2", 40),
+        ];
+        let decisions = decide(&batch, windows(&[("a", 0, None)]), &HashMap::new()).unwrap();
+        assert_eq!(
+            decisions,
+            [Decision::Unconfirmed, Decision::Insert, Decision::Insert]
+        );
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub enum BudgetedRegistration {
         spent: Decimal,
         frees_at: Option<DateTime<Utc>>,
     },
+    /// Only from a batch, for a registration checked against the agent's row
+    /// (`PendingBudgeted::checked_against`) that the row did not confirm: nothing
+    /// written; read the agent again.
+    Unconfirmed,
 }
 
 /// `FOR NO KEY UPDATE`: serialises budgeted registrations of one agent without
