@@ -39,8 +39,8 @@ pub struct Config {
     pub migrate: bool,
 
     /// Database connections for reads and for the writes that are not group-committed
-    /// (budgets, approvals). The committers hold theirs apart
-    /// (`--group-commit-committers`).
+    /// (refunds, approvals), shared out among the HTTP workers (each holds its share,
+    /// at least one). The committers hold theirs apart (`--group-commit-committers`).
     #[arg(long, env = "INTAKE_DB_CONNECTIONS", default_value_t = 16)]
     pub db_connections: usize,
 

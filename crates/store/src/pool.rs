@@ -118,6 +118,11 @@ impl Store {
         Ok(self.pool.get().await?)
     }
 
+    /// Closes the connections not in use now (one in use goes back to the pool after).
+    pub fn close_idle(&self) {
+        self.pool.retain(|_, _| false);
+    }
+
     /// Succeeds when a connection can be had and answers a trivial query.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let client = self.client().await?;
