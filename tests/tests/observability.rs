@@ -68,15 +68,23 @@ async fn one_payment_is_one_trace_across_every_service() {
     let id = body["operation_id"].as_str().unwrap().parse().unwrap();
     stack.wait_for_status(id, "SUCCEEDED", SETTLE).await;
 
+    // Every span asserted below, before any is looked at: each service exports in
+    // batches, so one span of a service may arrive a batch before another.
+    let expected = [
+        ("intake", "POST /agent/operations/{kind}"),
+        ("intake", "INSERT operations"),
+        ("executor", "process operation"),
+        ("executor", "POST"),
+        ("reconciler", "reconcile operation"),
+        ("reconciler", "GET"),
+    ];
     let spans = receiver
         .wait_for_spans(SETTLE, "intake, executor and reconciler spans", |spans| {
-            ["intake", "executor", "reconciler"].iter().all(|service| {
-                spans
-                    .iter()
-                    .any(|s| s.service_name == *service && s.trace_id == agent_trace)
-            }) && spans
-                .iter()
-                .any(|s| s.name == "reconcile operation" && s.trace_id == agent_trace)
+            expected.iter().all(|(service, name)| {
+                spans.iter().any(|s| {
+                    s.service_name == *service && s.name == *name && s.trace_id == agent_trace
+                })
+            })
         })
         .await;
 
