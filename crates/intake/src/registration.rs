@@ -141,10 +141,36 @@ impl Prepared {
 pub async fn register(state: &AppState, submission: Submission<'_>) -> Registering {
     let agent = submission.agent;
     match register_once(state, submission).await {
-        Err(problem) if agent.refused_from_memory(&problem) => Registering::ReadAgentAgain,
+        Err(Refusal {
+            problem,
+            confirmed: false,
+        }) if agent.refused_from_memory(&problem) => Registering::ReadAgentAgain,
         Ok(None) => Registering::ReadAgentAgain,
         Ok(Some(registered)) => Registering::Answered(Ok(registered)),
-        Err(problem) => Registering::Answered(Err(problem)),
+        Err(refusal) => Registering::Answered(Err(refusal.problem)),
+    }
+}
+
+/// Why a registration was refused, and whether the database judged it against the
+/// agent's row as it is (a budgeted batch confirms a remembered agent's row before it
+/// refuses over the budget): such a refusal stands without reading the agent again.
+struct Refusal {
+    problem: Problem,
+    confirmed: bool,
+}
+
+impl From<Problem> for Refusal {
+    fn from(problem: Problem) -> Self {
+        Self {
+            problem,
+            confirmed: false,
+        }
+    }
+}
+
+impl From<opgate_store::StoreError> for Refusal {
+    fn from(error: opgate_store::StoreError) -> Self {
+        Problem::from(error).into()
     }
 }
 
@@ -152,7 +178,7 @@ pub async fn register(state: &AppState, submission: Submission<'_>) -> Registeri
 async fn register_once(
     state: &AppState,
     submission: Submission<'_>,
-) -> Result<Option<Registered>, Problem> {
+) -> Result<Option<Registered>, Refusal> {
     let Submission {
         agent,
         kind,
@@ -209,7 +235,7 @@ async fn register_once(
         }
         Registration::KeyReused => {
             tracing::info!(agent_id = %agent.agent_id, "idempotency key reused with a different request");
-            Err(Problem::key_reused())
+            Err(Problem::key_reused().into())
         }
     }
 }
@@ -259,7 +285,7 @@ async fn write(
     idempotency_key: &IdempotencyKey,
     prepared: &Prepared,
     traceparent: Option<&str>,
-) -> Result<Option<Registration>, Problem> {
+) -> Result<Option<Registration>, Refusal> {
     let (request, provider) = match prepared {
         Prepared::Plain { request, provider } => (request, provider),
         Prepared::Refund(refund) => {
@@ -271,7 +297,9 @@ async fn write(
                 payment_operation_id: refund.payment_operation_id,
                 trace_context: traceparent,
             };
-            return refunds::answer(state.store.register_refund(&new).await?).map(Some);
+            return Ok(Some(refunds::answer(
+                state.store.register_refund(&new).await?,
+            )?));
         }
     };
     // Above the agent's threshold, nothing is sent before an operator approves.
@@ -312,11 +340,16 @@ async fn write(
                 BudgetedRegistration::Exceeded { frees_at, .. } => {
                     let retry_after =
                         frees_at.map(|at| (at - chrono::Utc::now()).num_seconds().max(1) as u64);
-                    return Err(Problem::budget_exceeded(
-                        &budget.to_string(),
-                        money.currency().code(),
-                        retry_after,
-                    ));
+                    // Judged under the agent's lock against its row as it is: read for
+                    // this request, or remembered and confirmed by the batch.
+                    return Err(Refusal {
+                        problem: Problem::budget_exceeded(
+                            &budget.to_string(),
+                            money.currency().code(),
+                            retry_after,
+                        ),
+                        confirmed: true,
+                    });
                 }
             }
         }
