@@ -4,9 +4,10 @@
 //! in that currency over the last 24 hours (money-moving operations, not refunds, not
 //! FAILED) plus this amount stays within the budget. Intake's group commit batches these
 //! apart from other registrations (`budget_batch.rs`): each needs to see the ones before
-//! it, so a batch is one statement per registration in one transaction rather than one
-//! statement for all. On one node the transaction is sent as one round trip
-//! (`budget_in_one_trip.rs`); on Citus, step by step here.
+//! it, so a batch reads the spending once under the locks, decides each registration in
+//! queue order and writes the accepted ones with one statement. A lone registration on
+//! one node is sent as one round trip (`budget_in_one_trip.rs`); on Citus each runs
+//! step by step here.
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
