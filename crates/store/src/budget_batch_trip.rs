@@ -1,5 +1,6 @@
 //! A batch of budgeted registrations in one transaction and two round trips. First,
-//! sent together: BEGIN, the lock of every agent the batch names, the spending in each (agent,
+//! sent together: BEGIN, the lock of every agent the batch names, the check of each
+//! registration intake made from a remembered agent, the spending in each (agent,
 //! currency) window and the operations the batch's keys already name. Then the walk
 //! (`budget_walk.rs`) decides each registration in queue order, and one statement
 //! writes every accepted one (operation, outbox and audit events, and the spending,
