@@ -91,8 +91,8 @@ if doors:
                "one HTTP request per call) and as `POST /agent/operations/payment`; the same payments by an "
                "agent with a daily budget (every registration takes its budget lock); and the example "
                "catalog's declared kind `order` (schema-validated, money at `/total`); and refunds of 0.01 "
-               "of 2,000 settled payments taken in turn (each reads its payment, then locks it and reserves "
-               "the amount in its own transaction, outside group commit). All alternated twice in "
+               "of 2,000 settled payments taken in turn (each locks its payment, reads its amount in the "
+               "payment's currency and reserves it in its own transaction, outside group commit). All alternated twice in "
                "one run. CPU is intake's own (user + system, from /proc, over the warmup and the timed run), "
                "per request answered as expected.\n")
     out.append("| door | round | req/s | p50 / p99 (ms) | intake CPU ms per request |")

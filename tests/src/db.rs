@@ -111,6 +111,22 @@ impl TestDb {
         assert!(key.starts_with("opg_"), "unexpected key output {key:?}");
         key
     }
+
+    /// What intake remembers of the agent whose key is `key`, read as intake reads it:
+    /// the key's id and the agent row's version.
+    pub async fn agent_check(&self, key: &str) -> opgate_store::AgentCheck {
+        let key_id = key.split('_').nth(1).expect("opg_<key id>_<secret>");
+        let context = self
+            .store
+            .find_agent_request_context(key_id, None)
+            .await
+            .expect("read the agent")
+            .expect("the agent exists");
+        opgate_store::AgentCheck {
+            key_id: key_id.to_owned(),
+            row_version: context.row_version.expect("a row version on one node"),
+        }
+    }
 }
 
 /// A payment of `amount` for customer cus_1, invoice `inv_<key>`.

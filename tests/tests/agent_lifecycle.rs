@@ -274,9 +274,10 @@ async fn a_revoked_agent_is_refused_with_its_new_and_its_previous_key() {
     assert_eq!(again.stderr.trim().lines().count(), 1, "{}", again.stderr);
 }
 
-/// A refund reads its payment before it writes. Sent at once after a revocation, while
-/// the intake still remembers the agent, it is judged on a fresh read: 401, not the 404
-/// or 409 its payment's state would answer.
+/// A refund's transaction reads its payment. Sent at once after a revocation, while the
+/// intake still remembers the agent, the same transaction finds the agent's row changed
+/// before it answers anything, and the refund is judged on a fresh read: 401, not the
+/// 404 or 409 its payment's state would answer.
 #[tokio::test]
 async fn a_refund_sent_right_after_a_revocation_learns_nothing_of_its_payment() {
     let db = TestDb::create().await;

@@ -5,12 +5,13 @@
 use std::time::Duration;
 
 use opgate_domain::{
-    Currency, IdempotencyKey, OperationStatus, PaymentRequest, RefundRequest, Transition,
+    IdempotencyKey, OperationStatus, PaymentRequest, RefundRequestError, Transition,
     OPGATE_HTTP_PROVIDER,
 };
 use opgate_e2e::TestDb;
 use opgate_store::{
-    FencedTransition, FencedWrite, NewOperation, NewRefund, RefundRegistration, Registration,
+    AgentCheck, FencedTransition, FencedWrite, NewOperation, NewRefund, RefundRegistration,
+    Registration,
 };
 use rust_decimal::Decimal;
 use uuid::Uuid;
@@ -18,10 +19,19 @@ use uuid::Uuid;
 const AGENT: &str = "agent-refunds";
 
 async fn succeeded_payment(db: &TestDb, amount: &str) -> Uuid {
-    let request = PaymentRequest::parse("cus_1", "inv_1", amount, None)
+    succeeded_payment_in(db, amount, None, "payment-1").await
+}
+
+async fn succeeded_payment_in(
+    db: &TestDb,
+    amount: &str,
+    currency: Option<&str>,
+    key: &str,
+) -> Uuid {
+    let request = PaymentRequest::parse("cus_1", "inv_1", amount, currency)
         .unwrap()
         .to_operation_request();
-    let key = IdempotencyKey::parse("payment-1").unwrap();
+    let key = IdempotencyKey::parse(key).unwrap();
     let new = NewOperation {
         operation_id: Uuid::new_v4(),
         agent_id: AGENT,
@@ -74,18 +84,28 @@ async fn refund_on(
     amount: Option<&str>,
     key: &str,
 ) -> Result<RefundRegistration, opgate_store::StoreError> {
-    let request = RefundRequest::parse(payment, amount, None, Currency::USD)
-        .unwrap()
-        .to_operation_request();
+    refund_checked(store, payment, amount, key, None).await
+}
+
+/// A refund as intake registers it for an agent it remembered (`check`) or read.
+async fn refund_checked(
+    store: &opgate_store::Store,
+    payment: Uuid,
+    amount: Option<&str>,
+    key: &str,
+    check: Option<&AgentCheck>,
+) -> Result<RefundRegistration, opgate_store::StoreError> {
     let key = IdempotencyKey::parse(key).unwrap();
     store
         .register_refund(&NewRefund {
             operation_id: Uuid::new_v4(),
             agent_id: AGENT,
             idempotency_key: &key,
-            request: &request,
             payment_operation_id: payment,
+            amount,
+            reason: None,
             trace_context: None,
+            agent_check: check,
         })
         .await
 }
@@ -215,4 +235,102 @@ async fn a_refund_whose_statement_fails_writes_and_reserves_nothing() {
     assert_eq!(record.amount, Some("30.00".parse().unwrap()));
     assert_eq!(refunded().await, "30.00".parse::<Decimal>().unwrap());
     assert_eq!(db.counts().await.outbox, before.outbox + 1);
+}
+
+/// The refund's amount is read in its payment's currency, once the payment is locked:
+/// what does not fit the currency's minor unit is refused with nothing written, and a
+/// retry under the same key in the same currency is the same request.
+#[tokio::test]
+async fn a_refund_is_read_in_its_payments_currency() {
+    let db = TestDb::create().await;
+    db.create_agent(AGENT, &["--allow", "payment", "--allow", "refund"]);
+    let yen = succeeded_payment_in(&db, "1000", Some("JPY"), "payment-yen").await;
+    let before = db.counts().await;
+    assert!(matches!(
+        refund(&db, yen, Some("10.50"), "half-a-yen").await,
+        RefundRegistration::Invalid(RefundRequestError::Money(_))
+    ));
+    assert_eq!(db.counts().await, before, "an invalid refund wrote");
+
+    let record = created(refund(&db, yen, Some("500"), "yen-refund").await);
+    assert_eq!(record.currency.as_deref(), Some("JPY"));
+    assert_eq!(record.amount, Some(Decimal::from(500)));
+    assert!(matches!(
+        refund(&db, yen, Some("500"), "yen-refund").await,
+        RefundRegistration::Registered(Registration::Replayed(replayed)) if replayed.operation_id == record.operation_id
+    ));
+}
+
+/// A refund for an agent intake remembered is written, and answered from the payment,
+/// only while the agent's row is the version intake read and accepts the key id.
+/// Otherwise nothing is written or reserved and nothing about the payment is said.
+#[tokio::test]
+async fn a_checked_refund_is_written_only_while_the_agents_row_is_as_read() {
+    let db = TestDb::create().await;
+    let key = db.create_agent(AGENT, &["--allow", "payment", "--allow", "refund"]);
+    let payment = succeeded_payment(&db, "80.00").await;
+    let AgentCheck {
+        key_id,
+        row_version: read,
+    } = db.agent_check(&key).await;
+    let check = |key_id: &str, row_version: i64| AgentCheck {
+        key_id: key_id.to_owned(),
+        row_version,
+    };
+    let store = &db.store;
+    let before = db.counts().await;
+    for (stale, what) in [
+        (check(&key_id, read - 1), "another version"),
+        (check("someone-else", read), "another key id"),
+    ] {
+        for payment in [payment, Uuid::new_v4()] {
+            assert_eq!(
+                refund_checked(store, payment, Some("30"), "checked", Some(&stale))
+                    .await
+                    .unwrap(),
+                RefundRegistration::Unconfirmed,
+                "{what}"
+            );
+        }
+    }
+    assert_eq!(db.counts().await, before, "an unconfirmed refund wrote");
+
+    let current = check(&key_id, read);
+    assert_eq!(
+        refund_checked(store, Uuid::new_v4(), None, "nowhere", Some(&current))
+            .await
+            .unwrap(),
+        RefundRegistration::PaymentNotFound
+    );
+    let record = created(
+        refund_checked(store, payment, Some("30"), "checked", Some(&current))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(record.amount, Some("30.00".parse().unwrap()));
+
+    opgate_e2e::opgate(&db.url, &["agents", "revoke", AGENT]).success();
+    let revoked = db
+        .sql()
+        .await
+        .query_one(
+            "SELECT xmin::text::bigint FROM agents WHERE agent_id = $1",
+            &[&AGENT],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(
+        refund_checked(
+            store,
+            payment,
+            Some("30"),
+            "checked",
+            Some(&check(&key_id, revoked))
+        )
+        .await
+        .unwrap(),
+        RefundRegistration::Unconfirmed,
+        "a revoked agent, even at the row's version"
+    );
 }

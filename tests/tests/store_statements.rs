@@ -685,15 +685,10 @@ async fn a_budgeted_batch_member_that_fails_fails_alone() {
 async fn a_checked_budgeted_registration_is_written_only_while_the_agents_row_is_as_read() {
     let db = TestDb::create().await;
     let key = db.create_agent(AGENT, &["--daily-budget", "USD:1000.00"]);
-    let key_id = key.split('_').nth(1).unwrap().to_owned();
-    let read = db
-        .store
-        .find_agent_request_context(&key_id, None)
-        .await
-        .unwrap()
-        .unwrap()
-        .row_version
-        .unwrap();
+    let AgentCheck {
+        key_id,
+        row_version: read,
+    } = db.agent_check(&key).await;
     let keys = ["alone", "current", "stale"].map(|k| IdempotencyKey::parse(k).unwrap());
     let requests = keys.each_ref().map(|k| payment(k.as_str(), "100.00"));
     let checked = |index: usize, row_version: i64| {

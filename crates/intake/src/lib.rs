@@ -139,7 +139,7 @@ pub fn serve(
         // their connections' I/O, run there too: a read or a registration is answered
         // without waiting for another thread to be scheduled. (A pool shared by the
         // workers does each connection's I/O on the thread that opened it: refunds,
-        // four round trips each, went from 1,490 to 1,840/s with a fifth less of
+        // then four round trips each, went from 1,490 to 1,840/s with a fifth less of
         // intake's CPU when each worker got its own, in alternated runs.) The URL and
         // settings already made the process's pool, so connecting does not fail; if it
         // did, the worker would use that pool instead.

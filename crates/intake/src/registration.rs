@@ -117,17 +117,9 @@ enum Prepared {
         request: OperationRequest,
         provider: String,
     },
-    /// Registered in its own transaction that reserves the amount on the payment.
+    /// Registered in its own transaction that reads the payment, parses the refund in
+    /// its currency and reserves the amount on it.
     Refund(refunds::PreparedRefund),
-}
-
-impl Prepared {
-    fn request(&self) -> &OperationRequest {
-        match self {
-            Self::Plain { request, .. } => request,
-            Self::Refund(refund) => &refund.request,
-        }
-    }
 }
 
 /// Validates the body by its kind and registers it once per (agent, key): a new
@@ -135,9 +127,9 @@ impl Prepared {
 /// the problem that refused it with nothing written.
 ///
 /// For a remembered agent (`AuthenticatedAgent::remembered`) only what its statement
-/// confirms is answered: a refund (which reads its payment first), a write that cannot
-/// check the agent's row, a refusal by the remembered policy (403) and an unconfirmed
-/// registration all come back as `ReadAgentAgain`, with nothing written.
+/// confirms is answered: a write that cannot check the agent's row, a refusal by the
+/// remembered policy (403) and an unconfirmed registration (a refund's included) all
+/// come back as `ReadAgentAgain`, with nothing written.
 pub async fn register(state: &AppState, submission: Submission<'_>) -> Registering {
     let agent = submission.agent;
     match register_once(state, submission).await {
@@ -187,20 +179,20 @@ async fn register_once(
         existing,
         traceparent,
     } = submission;
-    // A refund reads its payment before it writes: no stored data is answered on a
-    // remembered agent, so a refund's agent is read first.
-    if agent.remembered.is_some() && matches!(kind, Kind::Builtin(BuiltinKind::Refund)) {
-        return Ok(None);
-    }
-    let prepared = prepare(state, agent, kind, body).await?;
-    let registration = match existing {
+    let prepared = prepare(state, agent, kind, body)?;
+    let registration = match (existing, &prepared) {
         // The key was already taken when the request was authenticated: a replay, or
-        // a reuse, answered from that read without writing.
-        Some(existing) if existing.request_hash == *prepared.request().request_hash() => {
-            Registration::Replayed(existing)
+        // a reuse, answered from that read without writing. (A refund's request is
+        // known only in its payment's currency: its transaction looks the key up
+        // again, under the payment's lock.)
+        (Some(existing), Prepared::Plain { request, .. }) => {
+            if existing.request_hash == *request.request_hash() {
+                Registration::Replayed(existing)
+            } else {
+                Registration::KeyReused
+            }
         }
-        Some(_) => Registration::KeyReused,
-        None => {
+        _ => {
             let written = write(
                 state,
                 agent,
@@ -240,7 +232,7 @@ async fn register_once(
     }
 }
 
-async fn prepare(
+fn prepare(
     state: &AppState,
     agent: &AuthenticatedAgent,
     kind: Kind<'_>,
@@ -251,9 +243,7 @@ async fn prepare(
             request: payments::parse(body, &agent.policy)?,
             provider: state.payment_provider.clone(),
         },
-        Kind::Builtin(BuiltinKind::Refund) => {
-            Prepared::Refund(refunds::prepare(body, &state.store, &agent.agent_id).await?)
-        }
+        Kind::Builtin(BuiltinKind::Refund) => Prepared::Refund(refunds::prepare(body)?),
         Kind::Declared(declared) => {
             if let Some(money) = declared.money() {
                 require_exact_number(body, &money.amount_member())?;
@@ -277,8 +267,8 @@ async fn prepare(
 
 /// The write: group-committed (budgeted ones in batches of their own) or on its own for
 /// a plain request; the refund transaction for a refund. `None`: the agent was
-/// remembered, and this write could not confirm it (only the group-committed ones check
-/// the agent's row).
+/// remembered, and this write could not confirm it (the group-committed ones and the
+/// refund transaction check the agent's row; a plain write on its own does not).
 async fn write(
     state: &AppState,
     agent: &AuthenticatedAgent,
@@ -293,13 +283,13 @@ async fn write(
                 operation_id: opgate_domain::new_operation_id(),
                 agent_id: &agent.agent_id,
                 idempotency_key,
-                request: &refund.request,
                 payment_operation_id: refund.payment_operation_id,
+                amount: refund.amount.as_deref(),
+                reason: refund.reason.as_deref(),
                 trace_context: traceparent,
+                agent_check: agent.remembered.as_ref(),
             };
-            return Ok(Some(refunds::answer(
-                state.store.register_refund(&new).await?,
-            )?));
+            return Ok(refunds::answer(state.store.register_refund(&new).await?)?);
         }
     };
     // Above the agent's threshold, nothing is sent before an operator approves.

@@ -4,14 +4,26 @@
 //! sum of the payment's refunds that are not FAILED within the amount paid. The
 //! database has the last word: the UPDATE's condition and a CHECK constraint, and a
 //! trigger that gives a failed refund's amount back (migration V5).
+//!
+//! The refund is parsed here, from the agent's text, once the payment's row is locked:
+//! its amount is read in the payment's currency, and the request's hash covers that
+//! currency. So a registration reads the payment once, under its lock.
+//!
+//! A refund may carry an `AgentCheck` (intake remembered its agent instead of reading
+//! it): the transaction's first round trip then confirms the agent's row as the
+//! batches do, and an unconfirmed refund is answered `Unconfirmed` with nothing
+//! written and nothing about the payment said.
 
 use deadpool_postgres::Transaction;
-use opgate_domain::{IdempotencyKey, OperationRequest, OperationStatus};
+use opgate_domain::{
+    Currency, IdempotencyKey, OperationRequest, OperationStatus, RefundRequest, RefundRequestError,
+};
 use rust_decimal::Decimal;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::agents::key_id_accepted;
 use crate::error::StoreError;
 use crate::operations::{
     insert_operation, insert_operation_row, operation_columns, operation_from_row,
@@ -19,15 +31,23 @@ use crate::operations::{
     FIND_BY_IDEMPOTENCY_KEY,
 };
 use crate::pool::Store;
+use crate::registration_batch::AgentCheck;
 
+/// A refund as the agent asked for it; its amount and reason are parsed against the
+/// payment (`RefundRequest::parse`) once the payment is locked.
 pub struct NewRefund<'a> {
     pub operation_id: Uuid,
     pub agent_id: &'a str,
     pub idempotency_key: &'a IdempotencyKey,
-    /// The refund as requested; without money it refunds whatever remains.
-    pub request: &'a OperationRequest,
     pub payment_operation_id: Uuid,
+    /// As sent (a JSON number's text or a string's value); `None` refunds whatever
+    /// remains refundable.
+    pub amount: Option<&'a str>,
+    pub reason: Option<&'a str>,
     pub trace_context: Option<&'a str>,
+    /// The remembered agent row to confirm (see the module); `None` when intake read
+    /// the agent for this request.
+    pub agent_check: Option<&'a AgentCheck>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +62,11 @@ pub enum RefundRegistration {
     PaymentNotRefundable(OperationStatus),
     /// More than remains refundable; nothing written.
     ExceedsPayment { refundable: Decimal },
+    /// The amount or reason does not parse (in the payment's currency).
+    Invalid(RefundRequestError),
+    /// Carried an `AgentCheck` that the agent's row did not confirm: nothing written;
+    /// read the agent again.
+    Unconfirmed,
 }
 
 /// Locks the payment for the rest of the transaction; its values are the latest
@@ -51,6 +76,13 @@ SELECT status, amount, currency, refunded_amount, provider, provider_reference
 FROM operations
 WHERE operation_id = $1 AND agent_id = $2 AND operation_type = 'payment'
 FOR UPDATE";
+
+/// Whether the agent's row ($1) is still the version intake read ($2) and accepts the
+/// key id ($3): one row if so.
+const CONFIRM_AGENT: &str = concat!(
+    "SELECT 1 FROM agents a WHERE a.agent_id = $1 AND a.xmin::text::bigint = $2 AND ",
+    key_id_accepted!("a.", "$3")
+);
 
 /// The reservation itself: applied only while it fits.
 const RESERVE_REFUND: &str = "
@@ -104,34 +136,52 @@ impl Store {
         Ok(answer)
     }
 
-    /// Two round trips: BEGIN, the payment's lock and the key's lookup; then the
-    /// registering statement with the COMMIT (or a ROLLBACK, when the answer is a
-    /// refusal or a replay). Between them the connection is held by a guard that
-    /// closes it, rather than return it to the pool inside the transaction, if the
-    /// request is dropped or fails there.
+    /// Two round trips: BEGIN, the agent's check (for a remembered agent), the
+    /// payment's lock and the key's lookup; then the registering statement with the
+    /// COMMIT (or a ROLLBACK, when the answer is a refusal or a replay). Between them
+    /// the connection is held by a guard that closes it, rather than return it to the
+    /// pool inside the transaction, if the request is dropped or fails there.
     async fn register_refund_pipelined(
         &self,
         refund: &NewRefund<'_>,
     ) -> Result<RefundRegistration, StoreError> {
         let open = OpenTransaction(Some(self.client().await?));
         let client = open.client();
+        let confirm = match refund.agent_check {
+            Some(_) => Some(client.prepare_cached(CONFIRM_AGENT).await?),
+            None => None,
+        };
         let lock = client.prepare_cached(LOCK_PAYMENT).await?;
         let find = client.prepare_cached(FIND_BY_IDEMPOTENCY_KEY).await?;
         let register = client.prepare_cached(REGISTER_AND_RESERVE).await?;
+        let check_params: Option<[&(dyn ToSql + Sync); 3]> =
+            refund.agent_check.map(|check| -> [&(dyn ToSql + Sync); 3] {
+                [&refund.agent_id, &check.row_version, &check.key_id]
+            });
         let payment_params: [&(dyn ToSql + Sync); 2] =
             [&refund.payment_operation_id, &refund.agent_id];
         let key_params: [&(dyn ToSql + Sync); 2] =
             [&refund.agent_id, &refund.idempotency_key.as_str()];
-        // The lookup runs after the lock, so any refund of this payment under this key
-        // has committed by then.
-        let (begin, payment, existing) = tokio::join!(
+        // Polled in order, so sent in order, each on its first poll. The lookup runs
+        // after the lock, so any refund of this payment under this key has committed
+        // by then.
+        let (begin, confirmed, payment, existing) = tokio::join!(
             client.batch_execute("BEGIN"),
+            async {
+                match (&confirm, &check_params) {
+                    (Some(confirm), Some(params)) => client
+                        .query_opt(confirm, params)
+                        .await
+                        .map(|row| row.is_some()),
+                    _ => Ok(true),
+                }
+            },
             client.query_opt(&lock, &payment_params),
             client.query_opt(&find, &key_params),
         );
         begin?;
-        let (payment, existing) = (payment?, existing?);
-        let write = match decide(payment, existing, refund)? {
+        let (confirmed, payment, existing) = (confirmed?, payment?, existing?);
+        let write = match decide(confirmed, payment, existing, refund)? {
             Decision::Answer(answer) => {
                 client.batch_execute("ROLLBACK").await?;
                 open.finish();
@@ -160,7 +210,7 @@ impl Store {
             ))),
             // The key was taken meanwhile by something other than a refund of this
             // payment (the COMMIT committed nothing): answered from it.
-            None => answer_taken_key(&self.client().await?, refund).await,
+            None => answer_taken_key(&self.client().await?, refund, &write.request).await,
         }
     }
 }
@@ -170,13 +220,13 @@ impl Store {
 async fn answer_taken_key<C: deadpool_postgres::GenericClient>(
     client: &C,
     refund: &NewRefund<'_>,
+    request: &OperationRequest,
 ) -> Result<RefundRegistration, StoreError> {
     let existing = find_by_key(client, refund)
         .await?
         .ok_or_else(|| StoreError::Corrupt("a conflicting key vanished".into()))?;
     Ok(RefundRegistration::Registered(replay_or_reuse(
-        existing,
-        refund.request,
+        existing, request,
     )))
 }
 
@@ -214,6 +264,7 @@ enum Decision {
 /// The refund as the executor will send it: the request as made, plus the amount it
 /// resolved to and the provider's id of the payment (the hash covers only the request).
 struct RefundWrite {
+    request: OperationRequest,
     payload: serde_json::Value,
     provider: String,
     amount: Decimal,
@@ -227,7 +278,7 @@ impl RefundWrite {
             operation_id: refund.operation_id,
             agent_id: refund.agent_id,
             idempotency_key: refund.idempotency_key,
-            request: refund.request,
+            request: &self.request,
             provider: &self.provider,
             awaiting_approval_for: None,
             trace_context: refund.trace_context,
@@ -235,20 +286,41 @@ impl RefundWrite {
     }
 }
 
+/// In the order a refund is judged: its agent (when remembered), its payment, its
+/// request in the payment's currency, its key, then what the payment has left.
 fn decide(
+    confirmed: bool,
     payment: Option<Row>,
     existing: Option<Row>,
     refund: &NewRefund<'_>,
 ) -> Result<Decision, StoreError> {
     let answer = |answer| Ok(Decision::Answer(answer));
+    if !confirmed {
+        return answer(RefundRegistration::Unconfirmed);
+    }
     let Some(payment) = payment else {
         return answer(RefundRegistration::PaymentNotFound);
+    };
+    // Every payment carries its money (V5 copied it onto older rows).
+    let money_missing = || StoreError::Corrupt("a payment without amount or currency".into());
+    let currency: String = payment
+        .get::<_, Option<String>>("currency")
+        .ok_or_else(money_missing)?;
+    let code = Currency::parse(&currency)
+        .map_err(|_| StoreError::Corrupt(format!("a payment in currency {currency:?}")))?;
+    let request = match RefundRequest::parse(
+        refund.payment_operation_id,
+        refund.amount,
+        refund.reason,
+        code,
+    ) {
+        Ok(request) => request.to_operation_request(),
+        Err(invalid) => return answer(RefundRegistration::Invalid(invalid)),
     };
     if let Some(existing) = existing {
         let existing = operation_from_row(&existing)?;
         return answer(RefundRegistration::Registered(replay_or_reuse(
-            existing,
-            refund.request,
+            existing, &request,
         )));
     }
     let status: String = payment.get("status");
@@ -256,25 +328,20 @@ fn decide(
     if status != OperationStatus::Succeeded {
         return answer(RefundRegistration::PaymentNotRefundable(status));
     }
-    // Every payment carries its money (V5 copied it onto older rows).
-    let money_missing = || StoreError::Corrupt("a payment without amount or currency".into());
     let paid: Decimal = payment
         .get::<_, Option<Decimal>>("amount")
         .ok_or_else(money_missing)?;
     let refunded: Decimal = payment.get("refunded_amount");
     let refundable = paid - refunded;
-    let amount = match refund.request.money() {
+    let amount = match request.money() {
         Some(money) => money.amount(),
         None => refundable,
     };
     if amount <= Decimal::ZERO || amount > refundable {
         return answer(RefundRegistration::ExceedsPayment { refundable });
     }
-    let currency: String = payment
-        .get::<_, Option<String>>("currency")
-        .ok_or_else(money_missing)?;
     let payment_reference: Option<String> = payment.get("provider_reference");
-    let mut payload = refund.request.fields().clone();
+    let mut payload = request.fields().clone();
     if let Some(fields) = payload.as_object_mut() {
         fields.insert("amount".into(), amount.to_string().into());
         fields.insert(
@@ -283,6 +350,7 @@ fn decide(
         );
     }
     Ok(Decision::Write(RefundWrite {
+        request,
         payload,
         provider: payment.get("provider"),
         amount,
@@ -297,6 +365,11 @@ async fn register_in_steps(
     refund: &NewRefund<'_>,
     layout: Layout,
 ) -> Result<RefundRegistration, StoreError> {
+    // Intake remembers agents only on one node (their rows' versions are not read on
+    // Citus), so a check here cannot be confirmed: the agent is read again.
+    if refund.agent_check.is_some() {
+        return Ok(RefundRegistration::Unconfirmed);
+    }
     let payment = transaction
         .query_opt(
             LOCK_PAYMENT,
@@ -314,7 +387,7 @@ async fn register_in_steps(
         }
         None => None,
     };
-    let write = match decide(payment, existing, refund)? {
+    let write = match decide(true, payment, existing, refund)? {
         Decision::Answer(answer) => return Ok(answer),
         Decision::Write(write) => write,
     };
@@ -332,7 +405,7 @@ async fn register_in_steps(
     )
     .await?;
     let Some(row) = inserted else {
-        return answer_taken_key(transaction, refund).await;
+        return answer_taken_key(transaction, refund, &write.request).await;
     };
     let reserved = transaction
         .execute(

@@ -1,9 +1,10 @@
-//! The refund kind's part of a registration: its body, the payment it refunds (read
-//! for its currency; another agent's payment does not exist), and what the store's
-//! refund registration answers. Whether the refund fits is the database's decision.
+//! The refund kind's part of a registration: its body, and what the store's refund
+//! registration answers. The store reads the payment it refunds (another agent's
+//! payment does not exist) under its lock, parses the amount in the payment's
+//! currency, and decides whether the refund fits.
 
-use opgate_domain::{Currency, OperationRequest, RefundRequest};
-use opgate_store::{OperationRecord, RefundRegistration, Registration, Store};
+use opgate_domain::RefundRequest;
+use opgate_store::{RefundRegistration, Registration};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
@@ -27,47 +28,33 @@ pub struct RefundBody {
     pub reason: Option<String>,
 }
 
+/// A refund's body, checked for its shape: its amount and reason are read in the
+/// payment's currency by the store, once the payment is locked.
 pub struct PreparedRefund {
-    pub request: OperationRequest,
     pub payment_operation_id: Uuid,
+    pub amount: Option<String>,
+    pub reason: Option<String>,
 }
 
-pub async fn prepare(
-    body: &[u8],
-    store: &Store,
-    agent_id: &str,
-) -> Result<PreparedRefund, Problem> {
+pub fn prepare(body: &[u8]) -> Result<PreparedRefund, Problem> {
     let body: RefundBody = parse_object(body)?;
     let payment_operation_id = RefundRequest::parse_payment_id(&body.payment_operation_id)
         .map_err(|e| Problem::invalid_body(e.to_string()))?;
-    let payment = store
-        .find_operation_for_agent(payment_operation_id, agent_id)
-        .await?
-        .filter(|op| op.operation_type == "payment")
-        .ok_or_else(Problem::payment_not_found)?;
     let amount = body.amount.as_deref().map(amount_text).transpose()?;
-    let refund = RefundRequest::parse(
-        payment_operation_id,
-        amount.as_deref(),
-        body.reason.as_deref(),
-        currency_of(&payment)?,
-    )
-    .map_err(|e| Problem::invalid_body(e.to_string()))?;
     Ok(PreparedRefund {
-        request: refund.to_operation_request(),
         payment_operation_id,
+        amount,
+        reason: body.reason,
     })
 }
 
-fn currency_of(payment: &OperationRecord) -> Result<Currency, Problem> {
-    let code = payment.currency.as_deref().ok_or_else(Problem::internal)?;
-    Currency::parse(code).map_err(|_| Problem::internal())
-}
-
-/// The registration's answer, or the problem that refused it (nothing written).
-pub fn answer(registration: RefundRegistration) -> Result<Registration, Problem> {
+/// The registration's answer, or the problem that refused it (nothing written);
+/// `None` for a remembered agent that the transaction did not confirm.
+pub fn answer(registration: RefundRegistration) -> Result<Option<Registration>, Problem> {
     match registration {
-        RefundRegistration::Registered(registration) => Ok(registration),
+        RefundRegistration::Registered(registration) => Ok(Some(registration)),
+        RefundRegistration::Unconfirmed => Ok(None),
+        RefundRegistration::Invalid(invalid) => Err(Problem::invalid_body(invalid.to_string())),
         RefundRegistration::PaymentNotFound => Err(Problem::payment_not_found()),
         RefundRegistration::PaymentNotRefundable(status) => {
             Err(Problem::payment_not_refundable(status.as_str()))
