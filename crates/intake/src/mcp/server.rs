@@ -329,8 +329,9 @@ impl ServerHandler for OpgateMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = caller_of(&context.extensions).ok_or_else(unauthenticated)?;
-        let agent = self
-            .agent_as_read(&caller)
+        // Boxed, as in `call_tool`: rmcp's per-request task holds the largest of its
+        // handlers' futures.
+        let agent = Box::pin(self.agent_as_read(&caller))
             .await
             .map_err(|problem| ErrorData::internal_error(problem.title.to_string(), None))?;
         let mut result =
@@ -368,7 +369,12 @@ impl ServerHandler for OpgateMcp {
         );
         propagation::continue_trace(&span, traceparent.as_deref());
         let arguments = request.arguments.unwrap_or_default();
-        let result = self.call(&caller, &name, arguments).instrument(span).await;
+        // Boxed: rmcp moves the future of each request into a task of its own, and
+        // again at every level above it, so it is a pointer rather than the whole
+        // registration's state (kilobytes, copied on every move).
+        let result = Box::pin(self.call(&caller, &name, arguments))
+            .instrument(span)
+            .await;
         Ok(result.into())
     }
 }
