@@ -110,20 +110,13 @@ pub fn serve(
     config: &Config,
     listener: TcpListener,
 ) -> std::io::Result<Server> {
-    // Everything but the database pools, which each worker makes for itself, and with
-    // them its own executor waker (the process's is never woken).
-    let shared = AppState {
-        batcher: None,
-        budgeted_batcher: None,
-        executor_waker: wakeups::ExecutorWaker::spawn(store.clone()),
-        settled: wakeups::SettledOperations::spawn(config.database_url.clone()),
-        store: store.clone(),
-        catalog,
-        payment_provider: config.payment_provider.clone(),
-        body_timeout: config.body_timeout,
-        approval_timeout: config.approval_timeout,
-        limiters: rate_limits::AgentLimiters::default(),
-    };
+    // Shared by the workers: the rate limits (one count per agent in this replica) and
+    // the settlements heard on LISTEN. Each worker makes its database pools, its
+    // batchers and its executor waker on its own thread (below).
+    let limiters = rate_limits::AgentLimiters::default();
+    let settled = wakeups::SettledOperations::spawn(config.database_url.clone());
+    let payment_provider = config.payment_provider.clone();
+    let (body_timeout, approval_timeout) = (config.body_timeout, config.approval_timeout);
     // The process's pool applied the migrations; the workers read through their own
     // pools, so its connections are closed and `--db-connections` bounds what they hold.
     store.close_idle();
@@ -146,24 +139,42 @@ pub fn serve(
         let own_pool = |settings: &PoolSettings| {
             Store::connect(&database_url, settings).unwrap_or_else(|error| {
                 tracing::warn!(%error, "a worker shares the process's pool");
-                shared.store.clone()
+                store.clone()
             })
         };
-        let mut state = AppState::clone(&shared);
-        state.store = own_pool(&reads_pool);
+        let reads = own_pool(&reads_pool);
         // The executors are woken from the worker too, on the committers' connections
-        // when there are any: through the process's waker, on the main thread and its
-        // pool, a lone registration waited for two more threads to be scheduled before
-        // its NOTIFY left (`Prefer: wait`'s p50, alternated runs: docs/architecture.md).
-        let mut waker_store = state.store.clone();
-        if let Some((pool, max_batch)) = &committers {
-            let store = own_pool(pool);
-            waker_store = store.clone();
-            state.budgeted_batcher = Some(group_commit::spawn_budgeted(store.clone(), *max_batch));
-            state.batcher = Some(group_commit::spawn(store, pool.max_connections, *max_batch));
-        }
-        state.executor_waker = wakeups::ExecutorWaker::spawn(waker_store);
-        let state = web::Data::new(state);
+        // when there are any: through one waker for the process, on the main thread and
+        // its pool, a lone registration waited for two more threads to be scheduled
+        // before its NOTIFY left (`Prefer: wait`'s p50, alternated runs:
+        // docs/architecture.md).
+        let (batcher, budgeted_batcher, waker_store) = match &committers {
+            Some((pool, max_batch)) => {
+                let committing = own_pool(pool);
+                (
+                    Some(group_commit::spawn(
+                        committing.clone(),
+                        pool.max_connections,
+                        *max_batch,
+                    )),
+                    Some(group_commit::spawn_budgeted(committing.clone(), *max_batch)),
+                    committing,
+                )
+            }
+            None => (None, None, reads.clone()),
+        };
+        let state = web::Data::new(AppState {
+            store: reads,
+            catalog: catalog.clone(),
+            payment_provider: payment_provider.clone(),
+            body_timeout,
+            approval_timeout,
+            limiters: limiters.clone(),
+            batcher,
+            budgeted_batcher,
+            executor_waker: wakeups::ExecutorWaker::spawn(waker_store),
+            settled: settled.clone(),
+        });
         App::new()
             .wrap(actix_web::middleware::from_fn(http_span::trace_request))
             .app_data(state.clone())
