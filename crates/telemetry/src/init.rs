@@ -191,8 +191,13 @@ pub fn init(service: &'static str, log_format: LogFormat) -> Result<Telemetry, T
         .with_tracked_inactivity(false)
         .with_threads(false)
         .with_location(false)
-        .with_filter(filter_fn(|meta| {
-            meta.target().starts_with("opgate") && *meta.level() <= Level::INFO
+        // A log event becomes an event of its span only for a span that is exported:
+        // otherwise it was formatted into the span and dropped with it, 3-4 % of
+        // intake's CPU per replay (perf, 32 clients).
+        .with_filter(filter_fn(move |meta| {
+            meta.target().starts_with("opgate")
+                && *meta.level() <= Level::INFO
+                && (traces_exported || meta.is_span())
         }));
     let registry_subscriber = tracing_subscriber::registry().with(otel_layer);
     match log_format {
