@@ -66,8 +66,9 @@ pub struct Config {
 
     /// Group-commit transactions in flight at once in each HTTP worker; each committer
     /// holds a connection of its own, so intake holds up to `--db-connections` plus
-    /// workers x committers.
-    #[arg(long, env = "INTAKE_GROUP_COMMIT_COMMITTERS", default_value_t = 4)]
+    /// workers x committers. One makes the largest batches: fewer statements and
+    /// commits for the same registrations.
+    #[arg(long, env = "INTAKE_GROUP_COMMIT_COMMITTERS", default_value_t = 1)]
     pub group_commit_committers: usize,
 
     /// HTTP worker threads (default: one per core the process may use).
