@@ -222,3 +222,65 @@ async fn a_failed_payment_frees_its_headroom_and_refunds_do_not_spend() {
         refund.body
     );
 }
+
+/// A budgeted batch waits on its agent's lock while another budgeted batch (here, an
+/// operator's transaction) holds it. On the same HTTP worker, another agent's plain
+/// payment is not held up behind it: the budgeted batcher has a connection of its own
+/// beside the committer's.
+#[tokio::test]
+async fn a_budgeted_batch_waiting_on_its_agents_lock_holds_up_no_plain_payment() {
+    let db = TestDb::create().await;
+    let spender = db.create_agent("spender", &BUDGETED);
+    let other = db.create_agent("other", &[]);
+    let intake = Intake::start_with(&db.url, &["--workers", "1", "--db-timeout", "2s"]).await;
+    let client = reqwest::Client::new();
+
+    let mut holder = db.sql().await;
+    let lock = holder.transaction().await.unwrap();
+    lock.execute(
+        "SELECT 1 FROM agents WHERE agent_id = 'spender' FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    let waiting = {
+        let (client, url) = (client.clone(), intake.base_url.clone());
+        tokio::spawn(async move {
+            let body = payment_body("cus_b", "waits", "10.00");
+            post_payment(&client, &url, Some(&spender), Some("waits"), &body).await
+        })
+    };
+    let sql = db.sql().await;
+    opgate_e2e::wait::eventually(
+        Duration::from_secs(10),
+        "the budgeted batch to wait on the lock",
+        || async {
+            let row = sql
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap();
+            (row.get::<_, i64>(0) > 0).then_some(())
+        },
+    )
+    .await;
+
+    let plain = tokio::time::timeout(
+        Duration::from_secs(10),
+        pay(&client, &intake, &other, "cus_p", "does-not-wait"),
+    )
+    .await
+    .expect("the plain payment was answered");
+    assert_eq!(plain.status, 202, "{}", plain.body);
+    assert!(
+        !waiting.is_finished(),
+        "the budgeted payment waits on the lock"
+    );
+
+    lock.rollback().await.unwrap();
+    let waited = waiting.await.unwrap();
+    assert_eq!(waited.status, 202, "{}", waited.body);
+}

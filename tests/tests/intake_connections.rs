@@ -1,7 +1,7 @@
 //! intake holds no more database connections than its flags say: `--db-connections`
-//! for reads and unbatched writes, plus `--group-commit-committers` for each HTTP
-//! worker (each worker commits its own registrations), plus the one that listens for
-//! settlements. Real intake under concurrent load, real PostgreSQL.
+//! for reads and unbatched writes, plus `--group-commit-committers` and one for its
+//! budgeted batches for each HTTP worker (each worker commits its own registrations),
+//! plus the one that listens for settlements. Real intake under concurrent load, real PostgreSQL.
 
 use futures_util::future::join_all;
 use opgate_e2e::api::{get_operation, payment_body, post_payment};
@@ -77,7 +77,7 @@ async fn under_concurrent_load_intake_stays_within_its_connections() {
         .await
         .unwrap()
         .get(0);
-    let bound = READ_CONNECTIONS + WORKERS * COMMITTERS + 1;
+    let bound = READ_CONNECTIONS + WORKERS * (COMMITTERS + 1) + 1;
     assert!(
         (1..=bound as i64).contains(&held),
         "intake holds {held} connections; its flags allow {bound}"

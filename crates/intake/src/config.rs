@@ -65,9 +65,10 @@ pub struct Config {
     pub group_commit_max_batch: usize,
 
     /// Group-commit transactions in flight at once in each HTTP worker; each committer
-    /// holds a connection of its own, so intake holds up to `--db-connections` plus
-    /// workers x committers. One makes the largest batches: fewer statements and
-    /// commits for the same registrations.
+    /// holds a connection of its own (and the worker one more, for its budgeted
+    /// registrations), so intake holds up to `--db-connections` plus workers x
+    /// (committers + 1). One makes the largest batches: fewer statements and commits
+    /// for the same registrations.
     #[arg(long, env = "INTAKE_GROUP_COMMIT_COMMITTERS", default_value_t = 1)]
     pub group_commit_committers: usize,
 
@@ -98,12 +99,14 @@ pub struct Config {
 }
 
 impl Config {
-    /// The pool of each HTTP worker's committers (one connection per committer) and
-    /// the batch limit, or `None` when group commit is off.
+    /// The pool of each HTTP worker's committers (one connection per committer, and one
+    /// for its budgeted batcher, whose batch may wait on an agent's lock: the plain
+    /// registrations do not queue behind it) and the batch limit, or `None` when group
+    /// commit is off.
     pub fn committer_pool(&self) -> Option<(PoolSettings, usize)> {
         self.group_commit.then(|| {
             let pool = PoolSettings {
-                max_connections: self.group_commit_committers.max(1),
+                max_connections: self.group_commit_committers.max(1) + 1,
                 ..self.pool_settings()
             };
             (pool, self.group_commit_max_batch.max(1))
