@@ -98,11 +98,11 @@ impl PendingRegistration {
 /// With the length hidden, both plans cost the same, so after its first five
 /// executions PostgreSQL keeps the generic plan. A key already stored is looked up once
 /// and kept out of the INSERT: PostgreSQL checks a row's CHECK constraints before its
-/// conflict, preparing them for every statement that reaches them, so a batch of
-/// replays would pay for both. `LIMIT 1` keeps the lookup of
-/// existing operations a per-row probe of the unique index. Without it the generic
-/// plan may become a hash join over a sequential scan of `operations`, if that plan
-/// was made while the table was small. (`docs/architecture.md`, "The plans PostgreSQL
+/// conflict, and prepares them afresh in every execution that reaches a row, so a
+/// batch of replays paid for constraints on rows it never wrote. `LIMIT 1` keeps the
+/// lookup of existing operations a per-row probe of the unique index. Without it the
+/// generic plan may become a hash join over a sequential scan of `operations`, if that
+/// plan was made while the table was small. (`docs/architecture.md`, "The plans PostgreSQL
 /// keeps".)
 pub const REGISTER_BATCH: &str = concat!(
     "WITH arrays AS MATERIALIZED (
