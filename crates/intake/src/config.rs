@@ -98,18 +98,33 @@ pub struct Config {
     pub approval_timeout: Duration,
 }
 
+/// What each HTTP worker's group commit is made of.
+#[derive(Clone)]
+pub struct Committers {
+    /// Its connections.
+    pub pool: PoolSettings,
+    /// Plain registrations' committer tasks (`--group-commit-committers`).
+    pub committers: usize,
+    /// The most registrations in one batch.
+    pub max_batch: usize,
+}
+
 impl Config {
-    /// The pool of each HTTP worker's committers (one connection per committer, and one
-    /// for its budgeted batcher, whose batch may wait on an agent's lock: the plain
-    /// registrations do not queue behind it) and the batch limit, or `None` when group
-    /// commit is off.
-    pub fn committer_pool(&self) -> Option<(PoolSettings, usize)> {
+    /// Each HTTP worker's group commit, or `None` when it is off.
+    pub fn committers(&self) -> Option<Committers> {
         self.group_commit.then(|| {
-            let pool = PoolSettings {
-                max_connections: self.group_commit_committers.max(1) + 1,
-                ..self.pool_settings()
-            };
-            (pool, self.group_commit_max_batch.max(1))
+            let committers = self.group_commit_committers.max(1);
+            Committers {
+                // One connection per committer, and one for the budgeted batcher,
+                // whose batch may wait on an agent's lock: the plain registrations do
+                // not queue behind it.
+                pool: PoolSettings {
+                    max_connections: committers + 1,
+                    ..self.pool_settings()
+                },
+                committers,
+                max_batch: self.group_commit_max_batch.max(1),
+            }
         })
     }
 

@@ -125,7 +125,7 @@ pub fn serve(
         max_connections: (config.db_connections / workers).max(1),
         ..config.pool_settings()
     };
-    let committers = config.committer_pool();
+    let committers = config.committers();
     let database_url = config.database_url.clone();
     let server = HttpServer::new(move || {
         // The factory runs on each HTTP worker's own thread. The worker's pools, and
@@ -149,15 +149,18 @@ pub fn serve(
         // before its NOTIFY left (`Prefer: wait`'s p50, alternated runs:
         // docs/architecture.md).
         let (batcher, budgeted_batcher, waker_store) = match &committers {
-            Some((pool, max_batch)) => {
-                let committing = own_pool(pool);
+            Some(group) => {
+                let committing = own_pool(&group.pool);
                 (
                     Some(group_commit::spawn(
                         committing.clone(),
-                        pool.max_connections,
-                        *max_batch,
+                        group.committers,
+                        group.max_batch,
                     )),
-                    Some(group_commit::spawn_budgeted(committing.clone(), *max_batch)),
+                    Some(group_commit::spawn_budgeted(
+                        committing.clone(),
+                        group.max_batch,
+                    )),
                     committing,
                 )
             }
