@@ -72,6 +72,14 @@ pub struct Config {
     #[arg(long, env = "INTAKE_GROUP_COMMIT_COMMITTERS", default_value_t = 1)]
     pub group_commit_committers: usize,
 
+    /// The least time between two NOTIFYs by which an HTTP worker wakes the executors
+    /// after registrations: a registration's NOTIFY leaves at once unless one left less
+    /// than this ago; the registrations in between share the next one, sent when the
+    /// time is up. So an executor waiting for work waits at most this long more, and a
+    /// busy worker sends a few hundred NOTIFYs a second, not thousands.
+    #[arg(long, env = "INTAKE_EXECUTOR_WAKE_INTERVAL", default_value = "2ms", value_parser = humantime::parse_duration)]
+    pub executor_wake_interval: Duration,
+
     /// HTTP worker threads (default: one per core the process may use).
     #[arg(long, env = "INTAKE_WORKERS")]
     pub workers: Option<usize>,

@@ -117,6 +117,7 @@ pub fn serve(
     let settled = wakeups::SettledOperations::spawn(config.database_url.clone());
     let payment_provider = config.payment_provider.clone();
     let (body_timeout, approval_timeout) = (config.body_timeout, config.approval_timeout);
+    let wake_interval = config.executor_wake_interval;
     // The process's pool applied the migrations; the workers read through their own
     // pools, so its connections are closed and `--db-connections` bounds what they hold.
     store.close_idle();
@@ -175,7 +176,7 @@ pub fn serve(
             limiters: limiters.clone(),
             batcher,
             budgeted_batcher,
-            executor_waker: wakeups::ExecutorWaker::spawn(waker_store),
+            executor_waker: wakeups::ExecutorWaker::spawn(waker_store, wake_interval),
             settled: settled.clone(),
         });
         App::new()
