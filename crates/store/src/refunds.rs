@@ -147,17 +147,19 @@ impl Store {
     ) -> Result<RefundRegistration, StoreError> {
         let open = OpenTransaction(Some(self.client().await?));
         let client = open.client();
+        // The agent's row check, when intake authenticated from a remembered read: the
+        // statement and its parameters.
         let confirm = match refund.agent_check {
-            Some(_) => Some(client.prepare_cached(CONFIRM_AGENT).await?),
+            Some(check) => {
+                let params: [&(dyn ToSql + Sync); 3] =
+                    [&refund.agent_id, &check.row_version, &check.key_id];
+                Some((client.prepare_cached(CONFIRM_AGENT).await?, params))
+            }
             None => None,
         };
         let lock = client.prepare_cached(LOCK_PAYMENT).await?;
         let find = client.prepare_cached(FIND_BY_IDEMPOTENCY_KEY).await?;
         let register = client.prepare_cached(REGISTER_AND_RESERVE).await?;
-        let check_params: Option<[&(dyn ToSql + Sync); 3]> =
-            refund.agent_check.map(|check| -> [&(dyn ToSql + Sync); 3] {
-                [&refund.agent_id, &check.row_version, &check.key_id]
-            });
         let payment_params: [&(dyn ToSql + Sync); 2] =
             [&refund.payment_operation_id, &refund.agent_id];
         let key_params: [&(dyn ToSql + Sync); 2] =
@@ -168,12 +170,12 @@ impl Store {
         let (begin, confirmed, payment, existing) = tokio::join!(
             client.batch_execute("BEGIN"),
             async {
-                match (&confirm, &check_params) {
-                    (Some(confirm), Some(params)) => client
-                        .query_opt(confirm, params)
+                match &confirm {
+                    Some((statement, params)) => client
+                        .query_opt(statement, params)
                         .await
                         .map(|row| row.is_some()),
-                    _ => Ok(true),
+                    None => Ok(true),
                 }
             },
             client.query_opt(&lock, &payment_params),
