@@ -107,11 +107,7 @@ base=${intake#intake listening on }
 charges() { curl -sf "$sim_url/_sim/ledger" | python3 -c 'import json, sys; print(json.load(sys.stdin)["count"])'; }
 jobs_left() { sql "SELECT count(*) FROM $1"; } # jobs_left QUEUE_TABLE
 until_jobs_done() { # until_jobs_done QUEUE_TABLE PEER_NAME
-  local deadline=$((SECONDS + 600))
-  until [ "$(jobs_left "$1")" = 0 ]; do
-    [ "$SECONDS" -lt "$deadline" ] || { log "$2 did not finish its jobs"; exit 1; }
-    sleep 0.05
-  done
+  until_sql "SELECT count(*) FROM $1" = 0 || { log "$2 did not finish its jobs"; exit 1; }
 }
 gw_jobs=graphile_worker._private_jobs
 pgq_jobs=pgqueuer
@@ -119,11 +115,8 @@ pgq_jobs=pgqueuer
 pgq_retries() { sql "SELECT count(*) FROM pgqueuer_log WHERE status = 'queued' AND traceback IS NOT NULL"; }
 opgate_done() { sql "SELECT count(*) FROM operations WHERE agent_id = '$agent' AND status = 'SUCCEEDED'"; }
 until_opgate_settled() { # until_opgate_settled N_SUCCEEDED
-  local deadline=$((SECONDS + 600))
-  until [ "$(opgate_done)" -ge "$1" ]; do
-    [ "$SECONDS" -lt "$deadline" ] || { log "opgate did not settle its payments"; exit 1; }
-    sleep 0.05
-  done
+  until_sql "SELECT count(*) FROM operations WHERE agent_id = '$agent' AND status = 'SUCCEEDED'" -ge "$1" ||
+    { log "opgate did not settle its payments"; exit 1; }
 }
 start_graphile() { # start_graphile NAME JOBS LOCAL_QUEUE
   (cd "$peer" && start "$1" env SIM_URL="$sim_url" JOBS="$2" LOCAL_QUEUE="$3" node worker.js >/dev/null)
