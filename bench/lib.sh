@@ -30,15 +30,16 @@ prefill_outbox() {
 }
 
 # until_sql QUERY OP VALUE [LIMIT_S]: runs QUERY every 50 ms until its answer OP VALUE
-# holds (`test`'s -ge, =, …); fails after LIMIT_S seconds (600) or if the session ends.
+# holds (`test`'s -ge, =, …); fails after LIMIT_S seconds (600), or when the query
+# fails or goes unanswered for 30 s (the session then ends).
 # One psql session for the whole wait, not one per poll: these polls run while a drain
 # is timed, and a psql started per poll (Debian's psql is a Perl wrapper) took 30-40 ms
 # of CPU each, a third of a core at 20 polls a second on the 2 cores the drain runs on.
 until_sql() {
   local query=$1 op=$2 want=$3 deadline=$((SECONDS + ${4:-600})) got=
-  coproc POLL { "$(dirname "$(readlink -f "$(command -v initdb)")")/psql" "$DATABASE_URL" -X -qtA; }
+  coproc POLL { "$(dirname "$(readlink -f "$(command -v initdb)")")/psql" "$DATABASE_URL" -X -qtA -v ON_ERROR_STOP=1; }
   local to=${POLL[1]} from=${POLL[0]} pid=$POLL_PID
-  while echo "$query;" >&"$to" && read -r got <&"$from"; do
+  while echo "$query;" >&"$to" && read -r -t 30 got <&"$from"; do
     if [ "$got" "$op" "$want" ]; then
       eval "exec $to>&-"; wait "$pid" 2>/dev/null || true
       return 0
