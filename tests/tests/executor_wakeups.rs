@@ -15,9 +15,10 @@ const INTERVAL: Duration = Duration::from_secs(4);
 async fn registrations_within_the_interval_share_one_notify_and_each_is_executed() {
     let agent = ["--allow", "payment"];
     // One worker: each worker has its own waker.
+    let interval = format!("{}s", INTERVAL.as_secs());
     let intake_env = [
         ("INTAKE_WORKERS", "1"),
-        ("INTAKE_EXECUTOR_WAKE_INTERVAL", "4s"),
+        ("INTAKE_EXECUTOR_WAKE_INTERVAL", interval.as_str()),
     ];
     let stack = Stack::start_custom(TestDb::create().await, &[], &agent, &[], &intake_env).await;
     let mut heard = spawn_listener(stack.db.url.clone(), vec![OUTBOX_CHANNEL]);
