@@ -33,8 +33,8 @@ prefill_outbox() {
 # holds (`test`'s -ge, =, …); fails after LIMIT_S seconds (600), or when the query
 # fails or goes unanswered for 30 s (the session then ends).
 # One psql session for the whole wait, not one per poll: these polls run while a drain
-# is timed, and a psql started per poll (Debian's psql is a Perl wrapper) took 30-40 ms
-# of CPU each, a third of a core at 20 polls a second on the 2 cores the drain runs on.
+# is timed, and a psql started per poll (Debian's psql is a Perl wrapper) took about
+# 30 ms of CPU each, a third of a core at the loop's pace on the 2 cores the drain uses.
 until_sql() {
   local query=$1 op=$2 want=$3 deadline=$((SECONDS + ${4:-600})) got=
   coproc POLL { "$(dirname "$(readlink -f "$(command -v initdb)")")/psql" "$DATABASE_URL" -X -qtA -v ON_ERROR_STOP=1; }
