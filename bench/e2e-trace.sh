@@ -23,7 +23,7 @@ rm -f "$out"/*.pid "$out"/round-*.tsv "$out"/waits-*.txt
 trap cleanup EXIT
 
 fsync_us() {
-  local tool; tool="$(dirname "$(readlink -f "$(command -v initdb)")")/pg_test_fsync"
+  local tool; tool=$(pg_tool pg_test_fsync)
   [ -x "$tool" ] || { echo "?"; return; }
   # -s 1: a second per method; fdatasync is the second one printed, the rest is cut off.
   local us; us=$(timeout 5 "$tool" -s 1 -f "$out/fsync.test" 2>/dev/null | awk '$1 == "fdatasync" && /usecs/ {print $(NF-1); exit}' || true)

@@ -29,6 +29,10 @@ prefill_outbox() {
   sql "SELECT count(*) FROM outbox"
 }
 
+# pg_tool NAME: the path of PostgreSQL's NAME (psql, pg_test_fsync, …) in the directory
+# of the initdb on PATH, not through Debian's wrappers.
+pg_tool() { echo "$(dirname "$(readlink -f "$(command -v initdb)")")/$1"; }
+
 # until_sql QUERY OP VALUE [LIMIT_S]: runs QUERY every 50 ms until its answer OP VALUE
 # holds (`test`'s -ge, =, …); fails after LIMIT_S seconds (600), or when the query
 # fails or goes unanswered for 30 s (the session then ends).
@@ -37,7 +41,7 @@ prefill_outbox() {
 # 30 ms of CPU each, a third of a core at the loop's pace on the 2 cores the drain uses.
 until_sql() {
   local query=$1 op=$2 want=$3 deadline=$((SECONDS + ${4:-600})) got=
-  coproc POLL { "$(dirname "$(readlink -f "$(command -v initdb)")")/psql" "$DATABASE_URL" -X -qtA -v ON_ERROR_STOP=1; }
+  coproc POLL { "$(pg_tool psql)" "$DATABASE_URL" -X -qtA -v ON_ERROR_STOP=1; }
   local to=${POLL[1]} from=${POLL[0]} pid=$POLL_PID
   while echo "$query;" >&"$to" && read -r -t 30 got <&"$from"; do
     if [ "$got" "$op" "$want" ]; then

@@ -113,9 +113,10 @@ gw_jobs=graphile_worker._private_jobs
 pgq_jobs=pgqueuer
 # Re-queued attempts so far: pgqueuer logs each retry as 'queued' with its traceback.
 pgq_retries() { sql "SELECT count(*) FROM pgqueuer_log WHERE status = 'queued' AND traceback IS NOT NULL"; }
-opgate_done() { sql "SELECT count(*) FROM operations WHERE agent_id = '$agent' AND status = 'SUCCEEDED'"; }
+opgate_done_sql="SELECT count(*) FROM operations WHERE agent_id = '$agent' AND status = 'SUCCEEDED'"
+opgate_done() { sql "$opgate_done_sql"; }
 until_opgate_settled() { # until_opgate_settled N_SUCCEEDED
-  until_sql "SELECT count(*) FROM operations WHERE agent_id = '$agent' AND status = 'SUCCEEDED'" -ge "$1" ||
+  until_sql "$opgate_done_sql" -ge "$1" ||
     { log "opgate did not settle its payments"; exit 1; }
 }
 start_graphile() { # start_graphile NAME JOBS LOCAL_QUEUE

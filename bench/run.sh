@@ -45,7 +45,7 @@ record() { echo "$1" >>"$results"; }
 # The disk's flush latency, at the start and again at the end: every durable commit pays
 # it, and the Prefer: wait path has three in a row.
 fsync_us() {
-  local tool; tool="$(dirname "$(readlink -f "$(command -v initdb)")")/pg_test_fsync"
+  local tool; tool=$(pg_tool pg_test_fsync)
   [ -x "$tool" ] || { echo null; return; }
   # -s 1: a second per method; fdatasync is the second one printed, the rest is not needed.
   local us; us=$(timeout 5 "$tool" -s 1 -f "$out/fsync.test" 2>/dev/null | awk '$1 == "fdatasync" && /usecs/ {print $(NF-1); exit}' || true)
