@@ -3,6 +3,9 @@
 //! be JSON objects whose member names are each given once: a proxy that keeps the first
 //! of two `amount`s and a service that keeps the last would disagree on the request.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
+
 use actix_web::http::header;
 use actix_web::{web, HttpRequest};
 use futures_util::StreamExt;
@@ -142,8 +145,8 @@ impl<'de> Visitor<'de> for UniqueMembersVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<UniqueMembers, A::Error> {
-        let mut seen = std::collections::HashSet::new();
-        while let Some(name) = map.next_key::<String>()? {
+        let mut seen = SeenNames::default();
+        while let Some(MemberName(name)) = map.next_key::<MemberName<'de>>()? {
             if !seen.insert(name.clone()) {
                 return Err(serde::de::Error::custom(format!(
                     "member {name:?} is given more than once"
@@ -181,6 +184,58 @@ impl<'de> Visitor<'de> for UniqueMembersVisitor {
 
     fn visit_unit<E>(self) -> Result<UniqueMembers, E> {
         Ok(UniqueMembers)
+    }
+}
+
+/// The member names of one object seen so far. Objects are small (a JSON-RPC envelope,
+/// a tool's arguments): compared in a list until there are enough for a set to pay.
+#[derive(Default)]
+struct SeenNames<'de> {
+    few: Vec<Cow<'de, str>>,
+    many: Option<HashSet<Cow<'de, str>>>,
+}
+
+impl<'de> SeenNames<'de> {
+    const LIST_UP_TO: usize = 16;
+
+    /// False when `name` was seen already.
+    fn insert(&mut self, name: Cow<'de, str>) -> bool {
+        if let Some(many) = &mut self.many {
+            return many.insert(name);
+        }
+        if self.few.contains(&name) {
+            return false;
+        }
+        self.few.push(name);
+        if self.few.len() > Self::LIST_UP_TO {
+            self.many = Some(self.few.drain(..).collect());
+        }
+        true
+    }
+}
+
+/// A member name, borrowed from the body unless it had escapes to decode.
+struct MemberName<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for MemberName<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NameVisitor;
+        impl<'de> Visitor<'de> for NameVisitor {
+            type Value = MemberName<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+
+            fn visit_borrowed_str<E>(self, name: &'de str) -> Result<MemberName<'de>, E> {
+                Ok(MemberName(Cow::Borrowed(name)))
+            }
+
+            fn visit_str<E>(self, name: &str) -> Result<MemberName<'de>, E> {
+                Ok(MemberName(Cow::Owned(name.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(NameVisitor)
     }
 }
 
@@ -247,4 +302,49 @@ pub fn json_config() -> web::JsonConfig {
             };
             problem.into()
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::require_unique_members;
+
+    fn refused(body: &str) -> bool {
+        require_unique_members(body.as_bytes()).is_err()
+    }
+
+    #[test]
+    fn a_member_named_twice_is_refused_at_any_depth() {
+        assert!(!refused(r#"{"a":1,"b":{"a":2},"c":[{"a":3},{"a":4}]}"#));
+        assert!(refused(r#"{"a":1,"a":2}"#));
+        assert!(refused(r#"{"x":{"params":{"amount":"1","amount":"9"}}}"#));
+        assert!(refused(r#"[{"ok":1},{"k":1,"k":2}]"#));
+    }
+
+    #[test]
+    fn names_are_compared_as_decoded() {
+        assert!(refused(r#"{"amount":"1","\u0061mount":"9"}"#));
+        assert!(refused(r#"{"\u0061mount":"1","amount":"9"}"#));
+        assert!(!refused(r#"{"amount":"1","\u0061mounts":"9"}"#));
+    }
+
+    #[test]
+    fn large_objects_are_checked_whole() {
+        let members = |n: usize| (0..n).map(|i| format!("\"m{i}\":{i}")).collect::<Vec<_>>();
+        let object = |members: &[String]| format!("{{{}}}", members.join(","));
+        let mut many = members(200);
+        assert!(!refused(&object(&many)));
+        many.push("\"m3\":0".to_owned());
+        assert!(
+            refused(&object(&many)),
+            "a repeat after the list became a set"
+        );
+        let mut few = members(5);
+        few.push("\"m0\":0".to_owned());
+        assert!(refused(&object(&few)));
+    }
+
+    #[test]
+    fn malformed_json_is_left_to_the_reader() {
+        assert!(!refused(r#"{"a":"#));
+    }
 }

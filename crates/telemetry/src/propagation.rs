@@ -17,6 +17,19 @@ impl Injector for MapCarrier<'_> {
     }
 }
 
+/// Keeps only the `traceparent` an injection writes: what an operation stores, without a
+/// map built and searched on every request.
+#[derive(Default)]
+struct TraceparentOnly(Option<String>);
+
+impl Injector for TraceparentOnly {
+    fn set(&mut self, key: &str, value: String) {
+        if key == "traceparent" {
+            self.0 = Some(value);
+        }
+    }
+}
+
 struct TraceparentCarrier<'a>(&'a str);
 
 impl Extractor for TraceparentCarrier<'_> {
@@ -36,9 +49,9 @@ pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
     if !context.span().span_context().is_valid() {
         return None;
     }
-    let mut carrier = HashMap::new();
-    global::get_text_map_propagator(|p| p.inject_context(&context, &mut MapCarrier(&mut carrier)));
-    carrier.remove("traceparent")
+    let mut carrier = TraceparentOnly::default();
+    global::get_text_map_propagator(|p| p.inject_context(&context, &mut carrier));
+    carrier.0
 }
 
 /// The context a stored or received `traceparent` names (empty if malformed).
