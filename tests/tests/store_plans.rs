@@ -6,7 +6,8 @@
 //! The group commit's statement likewise: it must keep one plan at all, and that plan
 //! must probe the same index, also when it was made right after an ANALYZE of a small
 //! table (intake's connections refuse sequential scans for that). The executor's and the
-//! reconciler's claims keep walking their indexes however the tables grew.
+//! reconciler's claims keep walking their indexes however the tables grew, and their
+//! fenced transitions keep one plan too.
 
 use std::time::Duration;
 
@@ -19,25 +20,53 @@ async fn key_lookup_plan(url: &str) -> String {
         .await
         .unwrap();
     tokio::spawn(connection);
+    generic_plan(
+        &client,
+        "SELECT operation_id FROM operations WHERE agent_id = $1 AND idempotency_key = $2",
+        "'agent-plans', 'k-1'",
+    )
+    .await
+}
+
+/// The generic plan PostgreSQL keeps for `statement`, explained for `arguments` (SQL
+/// literals).
+async fn generic_plan(client: &tokio_postgres::Client, statement: &str, arguments: &str) -> String {
     client
-        .batch_execute(
-            "SET plan_cache_mode = force_generic_plan;
-             PREPARE lookup(text, text) AS
-               SELECT operation_id FROM operations WHERE agent_id = $1 AND idempotency_key = $2",
-        )
+        .batch_execute(&format!(
+            "SET plan_cache_mode = force_generic_plan; PREPARE explained AS {statement}"
+        ))
         .await
         .unwrap();
-    let rows = client
-        .simple_query("EXPLAIN EXECUTE lookup('agent-plans', 'k-1')")
+    let plan = client
+        .simple_query(&format!("EXPLAIN EXECUTE explained({arguments})"))
         .await
-        .unwrap();
-    rows.iter()
+        .unwrap()
+        .iter()
         .filter_map(|message| match message {
             tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
             _ => None,
         })
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    client
+        .batch_execute("DEALLOCATE explained; RESET plan_cache_mode")
+        .await
+        .unwrap();
+    plan
+}
+
+/// How often this connection planned the prepared `statement` generically, and how
+/// often again for the values at hand.
+async fn plans_of(client: &tokio_postgres::Client, statement: &str) -> (i64, i64) {
+    let row = client
+        .query_one(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements
+             WHERE statement = $1",
+            &[&statement],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
 }
 
 #[tokio::test]
@@ -91,40 +120,19 @@ async fn run_batches_of_one(url: &str, agent: &str, times: usize) -> (i64, i64, 
             .await
             .unwrap();
     }
-    let plans = client
-        .query_one(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements
-             WHERE statement = $1",
-            &[&opgate_store::REGISTER_BATCH],
-        )
-        .await
-        .unwrap();
-    client
-        .batch_execute(&format!(
-            "SET plan_cache_mode = force_generic_plan;
-             PREPARE batch AS {}",
-            opgate_store::REGISTER_BATCH
-        ))
-        .await
-        .unwrap();
-    let explained = client
-        .simple_query(&format!(
-            "EXPLAIN EXECUTE batch('{{{id}}}', '{{{agent}}}', '{{k-explained}}', '{{payment}}',
-                                   '{{provider-sim}}', '{{0}}', ARRAY['{{}}'::jsonb], '{{NULL}}',
-                                   '{{1.00}}', '{{USD}}', '{{NULL}}', '{{NULL}}')",
+    let (generic, custom) = plans_of(&client, opgate_store::REGISTER_BATCH).await;
+    let plan = generic_plan(
+        &client,
+        opgate_store::REGISTER_BATCH,
+        &format!(
+            "'{{{id}}}', '{{{agent}}}', '{{k-explained}}', '{{payment}}', '{{provider-sim}}',
+             '{{0}}', ARRAY['{{}}'::jsonb], '{{NULL}}', '{{1.00}}', '{{USD}}', '{{NULL}}',
+             '{{NULL}}'",
             id = uuid::Uuid::now_v7()
-        ))
-        .await
-        .unwrap();
-    let plan = explained
-        .iter()
-        .filter_map(|message| match message {
-            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    (plans.get(0), plans.get(1), plan)
+        ),
+    )
+    .await;
+    (generic, custom, plan)
 }
 
 /// A batch of one costs about what the single registration does only if PostgreSQL
@@ -152,6 +160,69 @@ async fn the_group_commit_statement_is_planned_once_and_probes_the_key_index() {
         );
         assert!(!plan.contains("Seq Scan on operations"), "{plan}");
     }
+}
+
+/// The fenced transition (every executor completion, every reconciler verdict), run as
+/// the executor runs it: one connection refusing sequential scans, one transition per
+/// statement, on a table that holds rows and was analyzed. A custom plan that could
+/// count the transitions always looked cheaper than the generic one, and PostgreSQL
+/// planned the statement again on every execution (0.5-0.6 ms of the executor's
+/// completion, each time). The plan it keeps finds each operation by its key.
+#[tokio::test]
+async fn the_fenced_transition_is_planned_once_and_finds_operations_by_key() {
+    let db = TestDb::create().await;
+    db.create_agent("agent-transitions", &[]);
+    for i in 0..500 {
+        register_payment(&db.store, "agent-transitions", &format!("t-{i}"), "1.00").await;
+    }
+    db.sql().await.batch_execute("ANALYZE").await.unwrap();
+    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute("SET enable_seqscan = off")
+        .await
+        .unwrap();
+    let statement = client.prepare(opgate_store::TRANSITION).await.unwrap();
+    for _ in 0..12 {
+        // No operation has this id: nothing is written, but the statement is planned.
+        client
+            .query(
+                &statement,
+                &[
+                    &vec![uuid::Uuid::now_v7()],
+                    &vec![1_i64],
+                    &vec!["IN_PROGRESS"],
+                    &vec!["SUCCEEDED"],
+                    &vec![Some("pay_1")],
+                    &vec![None::<&str>],
+                    &vec!["provider answered"],
+                    &vec![0.0_f64],
+                    &"executor:plans",
+                    &vec!["agent-transitions"],
+                ],
+            )
+            .await
+            .unwrap();
+    }
+    let (generic, custom) = plans_of(&client, opgate_store::TRANSITION).await;
+    assert!(
+        generic >= 6,
+        "generic plans {generic}, custom plans {custom}: planned again per transition"
+    );
+    let plan = generic_plan(
+        &client,
+        opgate_store::TRANSITION,
+        &format!(
+            "'{{{id}}}', '{{1}}', '{{IN_PROGRESS}}', '{{SUCCEEDED}}', '{{pay_1}}', '{{NULL}}',
+             '{{r}}', '{{0}}', 'executor:plans', '{{agent-transitions}}'",
+            id = uuid::Uuid::now_v7()
+        ),
+    )
+    .await;
+    assert!(plan.contains("Index Scan using operations_pkey"), "{plan}");
+    assert!(!plan.contains("Seq Scan on operations"), "{plan}");
 }
 
 /// One batch of one registration through `store` (intake's group commit).

@@ -45,7 +45,7 @@ pub use budgets::BudgetedRegistration;
 pub use citus::CitusDistribution;
 pub use error::StoreError;
 pub use execution::{ClaimCursor, ClaimedOperation};
-pub use fenced::{FencedTransition, FencedWrite};
+pub use fenced::{FencedTransition, FencedWrite, TRANSITION};
 pub use group_commit::GroupCommit;
 pub use lease::Lease;
 pub use notifications::{spawn_listener, Wakeup, OUTBOX_CHANNEL, SETTLED_CHANNEL};
