@@ -37,7 +37,7 @@ mod stats;
 mod tuning;
 
 pub use agent_reads::AgentOperationFilter;
-pub use agent_request::AgentRequestContext;
+pub use agent_request::{AgentRequestContext, AGENT_FOR_READ, AGENT_WITH_EXISTING_OPERATION};
 pub use agents::{AgentRecord, AgentUpdate, NewAgent};
 pub use audit::{OperationEvent, PipelineCounts};
 pub use budget_batch::PendingBudgeted;
