@@ -30,14 +30,19 @@ use crate::registration_batch::AgentCheck;
 
 /// `LOCK_AGENT` for every agent in $1, locked in `agent_id` order (the row locks are
 /// taken above the sort), so two batches never wait for each other in a cycle.
-const LOCK_AGENTS: &str =
-    "SELECT 1 FROM agents WHERE agent_id = ANY($1::text[]) ORDER BY agent_id FOR NO KEY UPDATE";
+///
+/// The arrays of this file's reads come through scalar subqueries, so that no plan
+/// knows how long they are: a custom plan that did always looked cheaper than the
+/// generic one, and PostgreSQL planned these statements again in every batch
+/// (pg_stat_statements with planning tracked), as it did the group commit's.
+const LOCK_AGENTS: &str = "SELECT 1 FROM agents WHERE agent_id = ANY((SELECT $1::text[])::text[])
+     ORDER BY agent_id FOR NO KEY UPDATE";
 
 /// Which of the checks in $1 (agents), $2 (key ids), $3 (row versions) the agents'
 /// rows confirm, by place (from 1): the row is still the version intake read, and
 /// accepts the key id. Read after the locks, so no change can commit before the batch.
 const CONFIRM_AGENTS: &str = concat!(
-    "SELECT c.n FROM unnest($1::text[], $2::text[], $3::bigint[])
+    "SELECT c.n FROM unnest((SELECT $1::text[]), (SELECT $2::text[]), (SELECT $3::bigint[]))
         WITH ORDINALITY AS c(agent_id, key_id, row_version, n)
      JOIN agents a ON a.agent_id = c.agent_id AND a.xmin::text::bigint = c.row_version
      WHERE ",
@@ -49,7 +54,8 @@ const READ_WINDOWS: &str = concat!(
     "SELECT w.n, s.spent, s.frees_at,
             (date_trunc('hour', now() AT TIME ZONE 'UTC') + interval '25 hours') AT TIME ZONE 'UTC'
                 AS frees_if_spent_now
-     FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS w(agent_id, currency, n)
+     FROM unnest((SELECT $1::text[]), (SELECT $2::text[]))
+          WITH ORDINALITY AS w(agent_id, currency, n)
      CROSS JOIN LATERAL (",
     spent_in_window!("w.agent_id", "w.currency"),
     ") AS s"
@@ -58,7 +64,8 @@ const READ_WINDOWS: &str = concat!(
 /// The operation each (agent, key) pair in $1, $2 names, if any, by the pair's place
 /// in them (from 1).
 const READ_EXISTING: &str = concat!(
-    "SELECT k.n, o.* FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(agent_id, idempotency_key, n)
+    "SELECT k.n, o.* FROM unnest((SELECT $1::text[]), (SELECT $2::text[]))
+        WITH ORDINALITY AS k(agent_id, idempotency_key, n)
      CROSS JOIN LATERAL (
         SELECT ",
     operation_columns!(),
