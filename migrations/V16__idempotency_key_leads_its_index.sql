@@ -8,8 +8,8 @@
 -- keep the plan that looked the agent up and filtered on operation_id. That plan stays
 -- with the connection until an ANALYZE, and reads all of the agent's operations for
 -- every row inserted: on a new deployment a budgeted batch's checks took 20 ms, and
--- registrations fell from 6,000 to 400 a second within twelve seconds
--- (auto_explain, pg_stat_user_indexes). Led by the key, this index cannot serve a
+-- registrations fell to 400-800 a second within twelve seconds, against 4,500-6,000
+-- when the connection kept the primary key (auto_explain, pg_stat_user_indexes). Led by the key, this index cannot serve a
 -- lookup by agent, so the checks use the primary key whatever the statistics say.
 --
 -- Nothing else looks operations up by agent alone through it: listings use the partial
