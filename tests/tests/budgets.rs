@@ -126,6 +126,13 @@ async fn two_agents_racing_with_every_key_sent_twice_each_spend_exactly_their_bu
         );
     }
     assert_eq!(db.counts().await.operations, 10);
+    // Decided together, as batches: a batch PostgreSQL refused is registered again
+    // one by one, right but slower, which only this warning would show.
+    let logs = intake.service.logs();
+    assert!(
+        !logs.contains("budgeted batch refused"),
+        "a batch fell back to one by one:\n{logs}"
+    );
 }
 
 /// An agent intake remembers is not read again for its next payment, but the budget
