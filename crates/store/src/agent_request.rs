@@ -30,7 +30,7 @@ pub struct AgentRequestContext {
     pub row_version: Option<i64>,
 }
 
-/// The operation is read by the unique (agent_id, idempotency_key) with both values
+/// The operation is read by the unique (idempotency_key, agent_id) index with both values
 /// known before the scan (the agent's id from an InitPlan), so its index condition
 /// always holds both columns; as a join against `a`, a plan made on an empty table
 /// matched only the key and walked the agent's entries. The key id is the agent's
